@@ -1,0 +1,784 @@
+#include "agent/agent.h"
+
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "common/log.h"
+#include "common/syscall.h"
+
+namespace airlock::agent {
+namespace {
+
+using protocol::Message;
+namespace p = protocol;
+
+constexpr size_t kReadChunk = p::kMaxChunk;
+// Reads per output event, so one noisy process cannot starve the others.
+constexpr int kReadsPerEvent = 8;
+constexpr size_t kChannelReadPerEvent = 1 << 20;
+
+// Signals the agent handles through its signalfd. The ones it forwards go to every running
+// command's process group.
+constexpr int kHandledSignals[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+
+std::string BuildId() { return std::string("airlock-agent ") + AIRLOCK_BUILD_ID; }
+
+}  // namespace
+
+uint64_t ReadOomKillCount() {
+  auto cgroups = ReadFileToString("/proc/self/cgroup", 64 << 10);
+  if (!cgroups) return 0;
+  std::string file;
+  std::string_view rest(*cgroups);
+  while (!rest.empty()) {
+    size_t nl = rest.find('\n');
+    std::string_view line = rest.substr(0, nl);
+    rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+    if (line.starts_with("0::")) {
+      file = "/sys/fs/cgroup" + std::string(line.substr(3)) + "/memory.events";
+    } else if (size_t m = line.find(":memory:"); m != std::string_view::npos) {
+      file = "/sys/fs/cgroup/memory" + std::string(line.substr(m + 8)) + "/memory.oom_control";
+      break;  // v1 memory controller wins over the v2 line in a hybrid layout
+    }
+  }
+  auto text = file.empty() ? Result<std::string>(std::string()) : ReadFileToString(file);
+  if (!text) return 0;
+  size_t at = text->find("oom_kill ");
+  return at == std::string::npos ? 0 : std::strtoull(text->c_str() + at + 9, nullptr, 10);
+}
+
+Result<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
+  auto owner = options.exec.default_user
+                   ? std::optional(std::make_pair(options.exec.default_user->uid,
+                                                  options.exec.default_user->gid))
+                   : std::nullopt;
+  if (::geteuid() != 0) owner.reset();  // only root can give files away
+  auto root = FileRoot::Open(options.file_root, owner);
+  if (!root) return std::unexpected(root.error());
+  std::unique_ptr<Agent> agent(new Agent(std::move(options), std::move(*root)));
+  if (auto st = agent->Init(); !st) return std::unexpected(st.error());
+  return agent;
+}
+
+Agent::~Agent() {
+  for (auto& c : connections_) {
+    for (auto& [stream, e] : c->execs) DropExec(*e);
+  }
+  if (!listen_path_.empty()) ::unlink(listen_path_.c_str());
+}
+
+Status Agent::Init() {
+  epoll_.Reset(::epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll_) return FailErrno("epoll_create1", errno);
+  sigset_t mask;
+  sigemptyset(&mask);
+  for (int sig : kHandledSignals) sigaddset(&mask, sig);
+  if (::sigprocmask(SIG_BLOCK, &mask, nullptr) < 0) return FailErrno("sigprocmask", errno);
+  signal_fd_.Reset(::signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC));
+  if (!signal_fd_) return FailErrno("signalfd", errno);
+  AddWatch(signal_fd_.get(), &signal_watch_, EPOLLIN);
+  oom_kills_seen_ = ReadOomKillCount();
+  return {};
+}
+
+void Agent::AddWatch(int fd, Watch* w, uint32_t events) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.ptr = w;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) < 0) {
+    Panic("epoll_ctl(ADD) failed: " + ErrnoName(errno));
+  }
+}
+
+void Agent::ModWatch(int fd, Watch* w, uint32_t events) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.ptr = w;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, fd, &ev) < 0) {
+    Panic("epoll_ctl(MOD) failed: " + ErrnoName(errno));
+  }
+}
+
+void Agent::DelWatch(int fd) { ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr); }
+
+Status Agent::AddChannel(UniqueFd fd) {
+  if (auto st = SetNonBlocking(fd.get(), true); !st) return st;
+  auto c = std::make_unique<Connection>();
+  c->fd = std::move(fd);
+  c->watch.conn = c.get();
+  c->epoll_events = EPOLLIN;
+  AddWatch(c->fd.get(), &c->watch, c->epoll_events);
+  connections_.push_back(std::move(c));
+  return {};
+}
+
+Status Agent::Listen(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path) {
+    return Fail(ErrorCode::kInvalidArgument, "socket path too long: " + path);
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd) return FailErrno("socket", errno);
+  ::unlink(path.c_str());
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0) {
+    return FailErrno("bind " + path, errno);
+  }
+  // Only the agent's own user (root, in a sandbox) may connect; the daemon reaches it from the
+  // host side, where the socket's directory is private to the daemon.
+  if (::chmod(path.c_str(), 0600) < 0) return FailErrno("chmod " + path, errno);
+  if (::listen(fd.get(), 16) < 0) return FailErrno("listen " + path, errno);
+  listen_fd_ = std::move(fd);
+  listen_path_ = path;
+  AddWatch(listen_fd_.get(), &listen_watch_, EPOLLIN);
+  return {};
+}
+
+int Agent::Run() {
+  epoll_event events[256];
+  while (true) {
+    auto now = Clock::now();
+    bool serving = listen_fd_.valid() || !connections_.empty();
+    if (!serving) break;
+    if (shutting_down_) {
+      bool busy = false;
+      for (auto& c : connections_) busy |= !c->execs.empty() || c->pending() > 0;
+      if (!busy || (shutdown_deadline_ && now >= *shutdown_deadline_)) break;
+    }
+    int n = RetryEintr([&] { return ::epoll_wait(epoll_.get(), events, 256, NextTimeoutMs(now)); });
+    if (n < 0) Panic("epoll_wait failed: " + ErrnoName(errno));
+    for (int i = 0; i < n; ++i) {
+      auto* w = static_cast<Watch*>(events[i].data.ptr);
+      uint32_t ev = events[i].events;
+      switch (w->kind) {
+        case Watch::kSignal:
+          OnSignal();
+          break;
+        case Watch::kListen:
+          OnAccept();
+          break;
+        case Watch::kChannel:
+          if (ev & EPOLLOUT) OnChannelWritable(*w->conn);
+          if (!w->conn->closing && (ev & (EPOLLIN | EPOLLHUP | EPOLLERR))) {
+            OnChannelReadable(*w->conn);
+          }
+          break;
+        case Watch::kStdout:
+          OnOutput(*w->exec, false);
+          break;
+        case Watch::kStderr:
+          OnOutput(*w->exec, true);
+          break;
+        case Watch::kStdin:
+          OnStdinWritable(*w->exec);
+          break;
+      }
+    }
+    OnTimers(Clock::now());
+    // Connections are only removed here, after every event of this round was handled.
+    for (size_t i = 0; i < connections_.size();) {
+      Connection& c = *connections_[i];
+      PumpDownloads(c);
+      for (auto it = c.execs.begin(); it != c.execs.end();) {
+        ExecState& e = *(it++)->second;  // MaybeFinish may erase it
+        MaybeFinish(e);
+      }
+      Flush(c);
+      if (c.closing && (c.pending() == 0 || !c.fd.valid())) {
+        CloseConnection(c);
+        connections_.erase(connections_.begin() + static_cast<ptrdiff_t>(i));
+        continue;
+      }
+      UpdateConnection(c);
+      ++i;
+    }
+  }
+  for (auto& c : connections_) {
+    for (auto& [stream, e] : c->execs) DropExec(*e);
+    c->execs.clear();
+  }
+  return 0;
+}
+
+int Agent::NextTimeoutMs(Clock::time_point now) const {
+  std::optional<Clock::time_point> next = shutdown_deadline_;
+  auto consider = [&](const std::optional<Clock::time_point>& t) {
+    if (t && (!next || *t < *next)) next = t;
+  };
+  for (const auto& c : connections_) {
+    if (!c->downloads.empty() && !c->output_paused) return 0;
+    for (const auto& [stream, e] : c->execs) {
+      consider(e->deadline);
+      consider(e->kill_at);
+      consider(e->linger_until);
+    }
+  }
+  if (!next) return -1;
+  auto ms = std::chrono::ceil<std::chrono::milliseconds>(*next - now).count();
+  return static_cast<int>(std::clamp<int64_t>(ms, 0, 60000));
+}
+
+void Agent::OnSignal() {
+  signalfd_siginfo info;
+  while (::read(signal_fd_.get(), &info, sizeof info) == sizeof info) {
+    int sig = static_cast<int>(info.ssi_signo);
+    if (sig == SIGCHLD) {
+      ReapChildren();
+    } else if (sig == SIGTERM || sig == SIGINT) {
+      spdlog::info("signal {}: shutting down", sig);
+      BeginShutdown();
+    } else {
+      for (auto& c : connections_) {
+        for (auto& [stream, e] : c->execs) {
+          if (!e->exited) ::kill(-e->pid, sig);
+        }
+      }
+    }
+  }
+  // A SIGCHLD may have been merged with another signal: reaping is cheap, always do it.
+  ReapChildren();
+}
+
+void Agent::ReapChildren() {
+  while (true) {
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) return;
+    auto it = by_pid_.find(pid);
+    if (it == by_pid_.end()) continue;  // an orphan we adopted as PID 1 or subreaper
+    ExecState& e = *it->second;
+    by_pid_.erase(it);
+    e.exited = true;
+    e.wait_status = status;
+    e.ended = Clock::now();
+    e.deadline.reset();
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && !e.timed_out) {
+      uint64_t kills = ReadOomKillCount();
+      e.oom_killed = kills > oom_kills_seen_;
+      oom_kills_seen_ = kills;
+    }
+    if (e.out || e.err) e.linger_until = e.ended + std::chrono::milliseconds(options_.linger_ms);
+  }
+}
+
+void Agent::OnAccept() {
+  while (true) {
+    int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;  // EAGAIN, or a transient failure the next event retries
+    if (shutting_down_) {
+      ::close(fd);
+      continue;
+    }
+    if (auto st = AddChannel(UniqueFd(fd)); !st) spdlog::warn("{}", st.error().message());
+  }
+}
+
+void Agent::OnChannelReadable(Connection& c) {
+  char buf[65536];
+  size_t total = 0;
+  while (total < kChannelReadPerEvent && !c.closing) {
+    ssize_t n = ::read(c.fd.get(), buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) break;
+      c.closing = true;
+      c.fd.Reset();
+      return;
+    }
+    if (n == 0) {  // the daemon went away
+      c.closing = true;
+      c.out.clear();
+      c.out_pos = 0;
+      return;
+    }
+    total += static_cast<size_t>(n);
+    c.decoder.Feed(std::string_view(buf, static_cast<size_t>(n)));
+    while (!c.closing) {
+      auto frame = c.decoder.Next();
+      if (!frame) {
+        ProtocolError(c, frame.error());
+        return;
+      }
+      if (!*frame) break;
+      HandleFrame(c, std::move(**frame));
+    }
+  }
+}
+
+void Agent::OnChannelWritable(Connection& c) { Flush(c); }
+
+void Agent::Flush(Connection& c) {
+  while (c.pending() > 0 && c.fd.valid()) {
+    ssize_t n = ::write(c.fd.get(), c.out.data() + c.out_pos, c.pending());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) break;
+      c.closing = true;  // EPIPE / ECONNRESET: the daemon is gone
+      c.fd.Reset();
+      c.out.clear();
+      c.out_pos = 0;
+      return;
+    }
+    c.out_pos += static_cast<size_t>(n);
+  }
+  if (c.out_pos == c.out.size()) {
+    c.out.clear();
+    c.out_pos = 0;
+  } else if (c.out_pos > (1 << 20)) {
+    c.out.erase(0, c.out_pos);
+    c.out_pos = 0;
+  }
+}
+
+// Applies flow control after a round: process output stops while the daemon is behind, the
+// channel stops being read while a command is not taking its stdin.
+void Agent::UpdateConnection(Connection& c) {
+  if (!c.fd.valid()) return;
+  if (!c.output_paused && c.pending() > options_.send_high_water) {
+    c.output_paused = true;
+    for (auto& [stream, e] : c.execs) {
+      if (e->out) ModWatch(e->out.get(), &e->out_watch, 0);
+      if (e->err) ModWatch(e->err.get(), &e->err_watch, 0);
+    }
+  } else if (c.output_paused && c.pending() < options_.send_low_water) {
+    c.output_paused = false;
+    for (auto& [stream, e] : c.execs) {
+      if (e->out) ModWatch(e->out.get(), &e->out_watch, EPOLLIN);
+      if (e->err) ModWatch(e->err.get(), &e->err_watch, EPOLLIN);
+    }
+  }
+  bool stdin_full = false;
+  for (auto& [stream, e] : c.execs) stdin_full |= e->stdin_buf.size() > options_.stdin_buffer_cap;
+  uint32_t events =
+      (stdin_full || c.closing ? 0u : uint32_t{EPOLLIN}) | (c.pending() ? uint32_t{EPOLLOUT} : 0u);
+  if (events != c.epoll_events) {
+    c.epoll_events = events;
+    ModWatch(c.fd.get(), &c.watch, events);
+  }
+}
+
+void Agent::CloseConnection(Connection& c) {
+  for (auto& [stream, e] : c.execs) DropExec(*e);
+  c.execs.clear();
+  c.uploads.clear();
+  c.downloads.clear();
+  if (c.fd) DelWatch(c.fd.get());
+  c.fd.Reset();
+  // An agent serving one inherited channel (no listener) ends with it.
+  if (!listen_fd_ && connections_.size() == 1) BeginShutdown();
+}
+
+void Agent::Send(Connection& c, uint32_t stream, const Message& msg) {
+  if (!c.fd.valid()) return;
+  c.state.Send(stream, msg);
+  p::AppendFrame(c.out, stream, msg);
+}
+
+void Agent::SendError(Connection& c, uint32_t stream, const Error& error) {
+  Send(c, stream, p::ToErrorMsg(error));
+}
+
+void Agent::ProtocolError(Connection& c, const Error& error) {
+  spdlog::warn("closing channel: {}", error.message());
+  // One try to tell the peer why; the channel closes this round whether or not it got there.
+  SendError(c, 0, error);
+  Flush(c);
+  c.out.clear();
+  c.out_pos = 0;
+  c.closing = true;
+}
+
+void Agent::HandleFrame(Connection& c, p::Frame frame) {
+  auto msg = p::DecodeMessage(frame.type, frame.payload);
+  if (!msg) return ProtocolError(c, msg.error());
+  auto verdict = c.state.Receive(frame.stream, *msg);
+  if (!verdict) return ProtocolError(c, verdict.error());
+  if (*verdict == p::Verdict::kLate) return;
+  uint32_t stream = frame.stream;
+  switch (frame.type) {
+    case p::MsgType::kHello:
+      Send(c, 0, p::Hello{p::kProtocolVersion, BuildId(), 0});
+      return;
+    case p::MsgType::kPing:
+      Send(c, 0, p::Pong{std::get<p::Ping>(*msg).nonce});
+      return;
+    case p::MsgType::kPong:
+      return;
+    case p::MsgType::kError:
+      spdlog::warn("daemon reported: {}", std::get<p::ErrorMsg>(*msg).message);
+      c.closing = true;
+      return;
+    case p::MsgType::kExec:
+      return StartExec(c, stream, std::get<p::Exec>(*msg));
+    case p::MsgType::kStdinData:
+    case p::MsgType::kStdinClose: {
+      ExecState& e = *c.execs.at(stream);
+      if (frame.type == p::MsgType::kStdinClose) {
+        e.stdin_close_pending = true;
+      } else if (e.in) {  // after the command closed its stdin, input is dropped
+        e.stdin_buf += std::get<p::StdinData>(*msg).data;
+      }
+      WriteStdin(e);
+      return;
+    }
+    case p::MsgType::kSignal: {
+      ExecState& e = *c.execs.at(stream);
+      ::kill(-e.pid, std::get<p::Signal>(*msg).signo);
+      return;
+    }
+    case p::MsgType::kResize: {
+      ExecState& e = *c.execs.at(stream);
+      const auto& r = std::get<p::Resize>(*msg);
+      winsize size{r.rows, r.cols, 0, 0};
+      if (e.out) ::ioctl(e.out.get(), TIOCSWINSZ, &size);
+      return;
+    }
+    default:
+      return HandleFileOp(c, stream, *msg);
+  }
+}
+
+void Agent::StartExec(Connection& c, uint32_t stream, const p::Exec& req) {
+  if (shutting_down_) {
+    return SendError(c, stream, Error(ErrorCode::kUnavailable, "the agent is shutting down"));
+  }
+  auto plan = PlanExec(req, options_.exec);
+  if (!plan) return SendError(c, stream, plan.error());
+  auto spawned = Spawn(*plan);
+  if (!spawned) return SendError(c, stream, spawned.error());
+
+  auto e = std::make_unique<ExecState>();
+  e->conn = &c;
+  e->stream = stream;
+  e->pid = spawned->pid;
+  e->pty = req.pty;
+  e->in = std::move(spawned->stdin_fd);
+  e->out = std::move(spawned->stdout_fd);
+  e->err = std::move(spawned->stderr_fd);
+  e->started = Clock::now();
+  e->cap = req.output_cap ? req.output_cap : options_.default_output_cap;
+  if (req.timeout_ms) {
+    // Clamped to a year so that no value overflows the clock arithmetic.
+    constexpr uint64_t kMaxTimeoutMs = 365ull * 24 * 3600 * 1000;
+    e->deadline = e->started + std::chrono::milliseconds(std::min(req.timeout_ms, kMaxTimeoutMs));
+  }
+  e->kill_grace_ms = req.kill_grace_ms ? req.kill_grace_ms : options_.default_kill_grace_ms;
+  for (Watch* w : {&e->in_watch, &e->out_watch, &e->err_watch}) {
+    w->conn = &c;
+    w->exec = e.get();
+  }
+  uint32_t out_events = c.output_paused ? 0u : uint32_t{EPOLLIN};
+  if (e->out) AddWatch(e->out.get(), &e->out_watch, out_events);
+  if (e->err) AddWatch(e->err.get(), &e->err_watch, out_events);
+  if (e->in) AddWatch(e->in.get(), &e->in_watch, 0);
+  by_pid_[e->pid] = e.get();
+  Send(c, stream, p::Started{e->pid});
+  c.execs.emplace(stream, std::move(e));
+}
+
+void Agent::WriteStdin(ExecState& e) {
+  while (e.in && !e.stdin_buf.empty()) {
+    ssize_t n = ::write(e.in.get(), e.stdin_buf.data(), e.stdin_buf.size());
+    if (n > 0) {
+      char last = e.stdin_buf[static_cast<size_t>(n) - 1];
+      e.pty_mid_line = last != '\n' && last != '\r';
+      e.stdin_buf.erase(0, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) break;
+    // EPIPE: the command closed its stdin. What was not taken is dropped.
+    e.stdin_buf.clear();
+    if (!e.pty) {
+      DelWatch(e.in.get());
+      e.in.Reset();
+    }
+  }
+  if (!e.in) return;
+  if (e.stdin_buf.empty() && e.stdin_close_pending) {
+    if (e.pty) {
+      // A terminal has no half-close: send the EOF character, as a person would type it. After
+      // a partial line the first one only hands that line to the reader: type it twice.
+      const char eof[] = {4, 4};
+      (void)::write(e.in.get(), eof, e.pty_mid_line ? 2 : 1);
+    }
+    DelWatch(e.in.get());
+    e.in.Reset();
+    return;
+  }
+  ModWatch(e.in.get(), &e.in_watch, e.stdin_buf.empty() ? 0u : uint32_t{EPOLLOUT});
+}
+
+void Agent::OnStdinWritable(ExecState& e) { WriteStdin(e); }
+
+void Agent::OnOutput(ExecState& e, bool is_stderr) {
+  for (int i = 0; i < kReadsPerEvent; ++i) {
+    if (ReadOutputOnce(e, is_stderr) != 1) return;
+    if (e.conn->pending() > options_.send_high_water) return;  // UpdateConnection pauses us
+  }
+}
+
+int Agent::ReadOutputOnce(ExecState& e, bool is_stderr) {
+  UniqueFd& fd = is_stderr ? e.err : e.out;
+  if (!fd) return 0;
+  char buf[kReadChunk];
+  ssize_t n = RetryEintr([&] { return ::read(fd.get(), buf, sizeof buf); });
+  if (n < 0 && errno == EAGAIN) return -1;
+  if (n <= 0) {  // end of file; EIO on a terminal whose last user closed it
+    CloseOutput(e, is_stderr);
+    return 0;
+  }
+  size_t len = static_cast<size_t>(n);
+  (is_stderr ? e.stderr_bytes : e.stdout_bytes) += len;
+  size_t take = static_cast<size_t>(std::min<uint64_t>(len, e.cap - e.delivered));
+  if (take < len) e.truncated = true;  // beyond the cap: read and dropped
+  if (take > 0) {
+    p::AppendOutputFrame(e.conn->out, e.stream,
+                         is_stderr ? p::OutputFd::kStderr : p::OutputFd::kStdout,
+                         std::string_view(buf, take));
+    e.delivered += take;
+  }
+  return 1;
+}
+
+void Agent::CloseOutput(ExecState& e, bool is_stderr) {
+  UniqueFd& fd = is_stderr ? e.err : e.out;
+  if (!fd) return;
+  DelWatch(fd.get());
+  fd.Reset();
+  if (e.pty && e.in) {  // the master is shared with stdin
+    DelWatch(e.in.get());
+    e.in.Reset();
+  }
+}
+
+// Reads what the pipes hold right now and closes them: the command has exited, and a
+// background process that kept them open does not hold up the result any longer.
+void Agent::DrainOutput(ExecState& e) {
+  for (bool is_stderr : {false, true}) {
+    // Bounded: a pipe holds at most 1 MiB, and a writer still running could refill it forever.
+    for (int i = 0; i < 32 && ReadOutputOnce(e, is_stderr) == 1; ++i) {
+    }
+    CloseOutput(e, is_stderr);
+  }
+}
+
+void Agent::OnTimers(Clock::time_point now) {
+  if (shutdown_deadline_ && now >= *shutdown_deadline_) {
+    for (auto& c : connections_) {
+      for (auto& [stream, e] : c->execs) {
+        if (!e->exited) FinishKill(*e);
+      }
+    }
+  }
+  for (auto& c : connections_) {
+    for (auto& [stream, ep] : c->execs) {
+      ExecState& e = *ep;
+      if (e.deadline && now >= *e.deadline) {
+        e.deadline.reset();
+        e.timed_out = true;
+        BeginKill(e, now);
+      }
+      if (e.kill_at && now >= *e.kill_at) FinishKill(e);
+      if (e.linger_until && now >= *e.linger_until) {
+        if (c->output_paused) {
+          e.linger_until = now + std::chrono::milliseconds(options_.linger_ms);
+        } else {
+          e.linger_until.reset();
+          DrainOutput(e);
+        }
+      }
+    }
+  }
+}
+
+void Agent::BeginKill(ExecState& e, Clock::time_point now) {
+  e.doomed = ProcessTree(e.pid);
+  e.doomed_sessions = SessionsOf(e.doomed);
+  SignalAll(e.doomed, SIGTERM);
+  ::kill(-e.pid, SIGTERM);
+  e.kill_at = now + std::chrono::milliseconds(e.kill_grace_ms);
+}
+
+void Agent::FinishKill(ExecState& e) {
+  e.kill_at.reset();
+  std::vector<ProcId> roots = e.doomed;
+  if (!e.exited) {
+    for (const auto& p : ProcessTree(e.pid)) roots.push_back(p);
+  }
+  // A process forked by a daemon as it died on SIGTERM is re-parented to the agent, out of the
+  // tree; it is still in the session the command made.
+  for (const auto& p : SessionMembers(e.doomed_sessions)) roots.push_back(p);
+  KillTree(roots);
+  ::kill(-e.pid, SIGKILL);
+}
+
+void Agent::MaybeFinish(ExecState& e) {
+  if (!e.exited || e.out || e.err) return;
+  // A timed-out command whose first process is gone: what survived SIGTERM goes now.
+  if (e.kill_at) FinishKill(e);
+  Connection& c = *e.conn;
+  p::Exited done;
+  if (WIFSIGNALED(e.wait_status)) {
+    done.exit_code = -1;
+    done.term_signal = WTERMSIG(e.wait_status);
+  } else {
+    done.exit_code = WEXITSTATUS(e.wait_status);
+  }
+  done.duration_us = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(e.ended - e.started).count());
+  done.timed_out = e.timed_out;
+  done.truncated = e.truncated;
+  done.oom_killed = e.oom_killed;
+  done.stdout_bytes = e.stdout_bytes;
+  done.stderr_bytes = e.stderr_bytes;
+  if (e.in) DelWatch(e.in.get());
+  Send(c, e.stream, done);
+  c.execs.erase(e.stream);  // destroys e
+}
+
+void Agent::DropExec(ExecState& e) {
+  if (!e.exited) {
+    FinishKill(e);
+    by_pid_.erase(e.pid);  // reaped later as an unknown child
+  }
+  for (UniqueFd* fd : {&e.in, &e.out, &e.err}) {
+    if (*fd) DelWatch(fd->get());
+    fd->Reset();
+  }
+}
+
+void Agent::BeginShutdown() {
+  if (shutting_down_) return;
+  shutting_down_ = true;
+  if (listen_fd_) {
+    DelWatch(listen_fd_.get());
+    listen_fd_.Reset();
+    ::unlink(listen_path_.c_str());
+    listen_path_.clear();
+  }
+  auto now = Clock::now();
+  shutdown_deadline_ = now + std::chrono::milliseconds(options_.default_kill_grace_ms + 1000);
+  for (auto& c : connections_) {
+    for (auto& [stream, e] : c->execs) {
+      if (!e->exited && !e->kill_at) BeginKill(*e, now);
+    }
+  }
+}
+
+void Agent::PumpDownloads(Connection& c) {
+  char buf[kReadChunk];
+  for (auto it = c.downloads.begin(); it != c.downloads.end();) {
+    if (c.pending() > options_.send_high_water) return;
+    uint32_t stream = it->first;
+    Download& d = it->second;
+    size_t want = static_cast<size_t>(std::min<uint64_t>(sizeof buf, d.remaining));
+    ssize_t n = want ? RetryEintr([&] { return ::read(d.fd.get(), buf, want); }) : 0;
+    if (n < 0) {
+      SendError(c, stream, ErrnoError("read", errno));
+      it = c.downloads.erase(it);
+      continue;
+    }
+    if (n == 0) {
+      Send(c, stream, p::Done{d.sent});
+      it = c.downloads.erase(it);
+      continue;
+    }
+    p::AppendDataFrame(c.out, stream, std::string_view(buf, static_cast<size_t>(n)));
+    d.sent += static_cast<uint64_t>(n);
+    d.remaining -= static_cast<uint64_t>(n);
+    ++it;
+  }
+}
+
+void Agent::HandleFileOp(Connection& c, uint32_t stream, Message& msg) {
+  switch (p::TypeOf(msg)) {
+    case p::MsgType::kFileWrite: {
+      const auto& m = std::get<p::FileWrite>(msg);
+      auto fd = files_.OpenForWrite(m.path, m.mode, m.create_parents, m.append);
+      if (!fd) return SendError(c, stream, fd.error());
+      c.uploads.emplace(stream, Upload{std::move(*fd)});
+      return;
+    }
+    case p::MsgType::kData: {
+      Upload& u = c.uploads.at(stream);
+      const std::string& data = std::get<p::Data>(msg).data;
+      if (auto st = WriteAll(u.fd.get(), data); !st) {
+        c.uploads.erase(stream);
+        return SendError(c, stream, st.error());
+      }
+      u.written += data.size();
+      return;
+    }
+    case p::MsgType::kDataEnd: {
+      Upload u = std::move(c.uploads.at(stream));
+      c.uploads.erase(stream);
+      if (::close(u.fd.Release()) < 0) return SendError(c, stream, ErrnoError("close", errno));
+      return Send(c, stream, p::Done{u.written});
+    }
+    case p::MsgType::kFileRead: {
+      const auto& m = std::get<p::FileRead>(msg);
+      auto fd = files_.OpenForRead(m.path);
+      if (!fd) return SendError(c, stream, fd.error());
+      if (m.offset && ::lseek(fd->get(), static_cast<off_t>(m.offset), SEEK_SET) < 0) {
+        return SendError(c, stream, ErrnoError("seek " + m.path, errno));
+      }
+      c.downloads.emplace(stream, Download{std::move(*fd), m.length ? m.length : UINT64_MAX});
+      return;
+    }
+    case p::MsgType::kStat: {
+      auto info = files_.Stat(std::get<p::Stat>(msg).path);
+      if (!info) return SendError(c, stream, info.error());
+      return Send(c, stream, p::StatResult{std::move(*info)});
+    }
+    case p::MsgType::kList: {
+      auto entries = files_.List(std::get<p::List>(msg).path);
+      if (!entries) return SendError(c, stream, entries.error());
+      // Frames of at most ~256 KiB each, well under kMaxPayload.
+      p::Entries batch;
+      size_t bytes = 0;
+      for (auto& e : *entries) {
+        bytes += 48 + e.name.size() + e.link_target.size();
+        batch.entries.push_back(std::move(e));
+        if (bytes > (256 << 10)) {
+          Send(c, stream, batch);
+          batch.entries.clear();
+          bytes = 0;
+        }
+      }
+      if (!batch.entries.empty()) Send(c, stream, batch);
+      return Send(c, stream, p::Done{entries->size()});
+    }
+    case p::MsgType::kRemove: {
+      const auto& m = std::get<p::Remove>(msg);
+      auto n = files_.Remove(m.path, m.recursive);
+      if (!n) return SendError(c, stream, n.error());
+      return Send(c, stream, p::Done{*n});
+    }
+    case p::MsgType::kMkdir: {
+      const auto& m = std::get<p::Mkdir>(msg);
+      if (auto st = files_.Mkdir(m.path, m.mode, m.parents); !st) {
+        return SendError(c, stream, st.error());
+      }
+      return Send(c, stream, p::Done{0});
+    }
+    default:
+      // ChannelState lets through only what the daemon may send; every such type is handled.
+      Panic("unhandled message type " + std::string(p::MsgTypeName(p::TypeOf(msg))));
+  }
+}
+
+}  // namespace airlock::agent

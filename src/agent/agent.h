@@ -1,0 +1,170 @@
+#pragma once
+// The agent's event loop: one thread, one epoll set, every channel, process pipe and signal
+// in it. Runs as PID 1 in a sandbox (reaping every zombie, forwarding signals) or as an
+// ordinary process in tests. docs/agent.md describes its behaviour for users.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "agent/exec.h"
+#include "agent/files.h"
+#include "agent/process_tree.h"
+#include "common/error.h"
+#include "common/unique_fd.h"
+#include "protocol/channel_state.h"
+#include "protocol/frame_decoder.h"
+#include "protocol/messages.h"
+
+namespace airlock::agent {
+
+struct AgentOptions {
+  std::string file_root = "/";  // file operations are confined below this directory
+  ExecDefaults exec;
+  uint64_t default_output_cap = 16 << 20;  // stdout + stderr bytes delivered per exec
+  uint32_t default_kill_grace_ms = 1000;   // SIGTERM -> SIGKILL on timeout and shutdown
+  uint32_t linger_ms = 200;           // after the command exits, how long a background process that
+                                      // kept its stdout open may hold up the result
+  size_t send_high_water = 4 << 20;   // stop reading process output above this much unsent
+  size_t send_low_water = 1 << 20;    // and start again below this
+  size_t stdin_buffer_cap = 1 << 20;  // stop reading the channel while a stdin buffer is fuller
+};
+
+class Agent {
+ public:
+  static Result<std::unique_ptr<Agent>> Create(AgentOptions options);
+  ~Agent();
+
+  // Serves a connected stream socket (or any bidirectional fd). Without a listener the agent
+  // exits once its last channel closes.
+  [[nodiscard]] Status AddChannel(UniqueFd fd);
+  // Accepts channels on a unix socket at `path` until shutdown.
+  [[nodiscard]] Status Listen(const std::string& path);
+  // Runs the loop until shutdown (SIGTERM or SIGINT, or the last channel gone without a
+  // listener). Returns the process exit code.
+  int Run();
+
+ private:
+  struct Connection;
+  struct ExecState;
+  struct Watch {
+    enum Kind { kSignal, kListen, kChannel, kStdout, kStderr, kStdin } kind;
+    Connection* conn = nullptr;
+    ExecState* exec = nullptr;
+  };
+  using Clock = std::chrono::steady_clock;
+
+  struct ExecState {
+    Connection* conn;
+    uint32_t stream;
+    pid_t pid;
+    bool pty;
+    UniqueFd in, out, err;
+    Watch in_watch{Watch::kStdin}, out_watch{Watch::kStdout}, err_watch{Watch::kStderr};
+    std::string stdin_buf;
+    bool stdin_close_pending = false;
+    bool pty_mid_line = false;  // the last byte typed into the terminal did not end a line
+    bool exited = false;
+    int wait_status = 0;
+    Clock::time_point started, ended;
+    std::optional<Clock::time_point> deadline, kill_at, linger_until;
+    uint64_t cap = 0, delivered = 0, stdout_bytes = 0, stderr_bytes = 0;
+    uint32_t kill_grace_ms = 0;
+    bool truncated = false, timed_out = false, oom_killed = false;
+    std::vector<ProcId> doomed;  // the tree as it was when SIGTERM went out
+    // Their sessions. What a process forks as it exits on SIGTERM is handed to the agent, out
+    // of the tree, but stays in its session.
+    std::vector<pid_t> doomed_sessions;
+  };
+
+  struct Download {
+    UniqueFd fd;
+    uint64_t remaining;
+    uint64_t sent = 0;
+  };
+  struct Upload {
+    UniqueFd fd;
+    uint64_t written = 0;
+  };
+
+  struct Connection {
+    UniqueFd fd;
+    Watch watch{Watch::kChannel};
+    protocol::FrameDecoder decoder;
+    protocol::ChannelState state{protocol::Role::kAgent};
+    std::string out;
+    size_t out_pos = 0;
+    uint32_t epoll_events = 0;
+    bool output_paused = false;
+    bool closing = false;  // a fatal error was queued: stop reading, close once flushed
+    std::map<uint32_t, std::unique_ptr<ExecState>> execs;
+    std::map<uint32_t, Upload> uploads;
+    std::map<uint32_t, Download> downloads;
+    size_t pending() const { return out.size() - out_pos; }
+  };
+
+  explicit Agent(AgentOptions options, FileRoot root)
+      : options_(std::move(options)), files_(std::move(root)) {}
+  Status Init();
+
+  void OnSignal();
+  void OnAccept();
+  void OnChannelReadable(Connection& c);
+  void OnChannelWritable(Connection& c);
+  void OnOutput(ExecState& e, bool is_stderr);
+  // One read of a command's output: 1 = got data, 0 = end (closed), -1 = nothing now.
+  int ReadOutputOnce(ExecState& e, bool is_stderr);
+  void OnStdinWritable(ExecState& e);
+  void ReapChildren();
+  void OnTimers(Clock::time_point now);
+  void PumpDownloads(Connection& c);
+
+  void HandleFrame(Connection& c, protocol::Frame frame);
+  void StartExec(Connection& c, uint32_t stream, const protocol::Exec& req);
+  void WriteStdin(ExecState& e);
+  void HandleFileOp(Connection& c, uint32_t stream, protocol::Message& msg);
+
+  void Send(Connection& c, uint32_t stream, const protocol::Message& msg);
+  void SendError(Connection& c, uint32_t stream, const Error& error);
+  void ProtocolError(Connection& c, const Error& error);
+  void Flush(Connection& c);
+  void UpdateConnection(Connection& c);
+  void CloseConnection(Connection& c);
+
+  void CloseOutput(ExecState& e, bool is_stderr);
+  void DrainOutput(ExecState& e);
+  void BeginKill(ExecState& e, Clock::time_point now);
+  void FinishKill(ExecState& e);
+  void MaybeFinish(ExecState& e);
+  void DropExec(ExecState& e);  // kills the tree and forgets it, sending nothing
+  void BeginShutdown();
+
+  void AddWatch(int fd, Watch* w, uint32_t events);
+  void ModWatch(int fd, Watch* w, uint32_t events);
+  void DelWatch(int fd);
+  int NextTimeoutMs(Clock::time_point now) const;
+
+  AgentOptions options_;
+  FileRoot files_;
+  UniqueFd epoll_;
+  UniqueFd signal_fd_;
+  UniqueFd listen_fd_;
+  std::string listen_path_;
+  Watch signal_watch_{Watch::kSignal};
+  Watch listen_watch_{Watch::kListen};
+  std::vector<std::unique_ptr<Connection>> connections_;
+  std::unordered_map<pid_t, ExecState*> by_pid_;
+  bool shutting_down_ = false;
+  std::optional<Clock::time_point> shutdown_deadline_;
+  uint64_t oom_kills_seen_ = 0;
+};
+
+// The kernel's count of OOM kills in the agent's own memory cgroup (v2 memory.events or v1
+// memory.oom_control), 0 when it cannot be read.
+uint64_t ReadOomKillCount();
+
+}  // namespace airlock::agent

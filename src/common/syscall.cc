@@ -1,0 +1,68 @@
+#include "common/syscall.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace airlock {
+
+Status WriteAll(int fd, std::span<const std::byte> data) {
+  while (!data.empty()) {
+    ssize_t n = RetryEintr([&] { return ::write(fd, data.data(), data.size()); });
+    if (n < 0) return FailErrno("write", errno);
+    data = data.subspan(static_cast<size_t>(n));
+  }
+  return {};
+}
+
+Status WriteAll(int fd, std::string_view data) {
+  return WriteAll(fd, std::as_bytes(std::span(data.data(), data.size())));
+}
+
+Result<size_t> ReadFull(int fd, std::span<std::byte> data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = RetryEintr([&] { return ::read(fd, data.data() + done, data.size() - done); });
+    if (n < 0) return FailErrno("read", errno);
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  return done;
+}
+
+Result<UniqueFd> OpenFile(const std::string& path, int flags, mode_t mode) {
+  int fd = RetryEintr([&] { return ::open(path.c_str(), flags | O_CLOEXEC, mode); });
+  if (fd < 0) return FailErrno("open " + path, errno);
+  return UniqueFd(fd);
+}
+
+Result<std::string> ReadFileToString(const std::string& path, size_t max_bytes) {
+  auto fd = OpenFile(path, O_RDONLY);
+  if (!fd) return std::unexpected(fd.error());
+  std::string out;
+  char buf[8192];
+  while (out.size() < max_bytes) {
+    ssize_t n = RetryEintr([&] { return ::read(fd->get(), buf, sizeof buf); });
+    if (n < 0) return FailErrno("read " + path, errno);
+    if (n == 0) return out;
+    out.append(buf, std::min(static_cast<size_t>(n), max_bytes - out.size()));
+  }
+  return out;
+}
+
+Status MakePipe(UniqueFd (&ends)[2], int extra_flags) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC | extra_flags) < 0) return FailErrno("pipe2", errno);
+  ends[0].Reset(fds[0]);
+  ends[1].Reset(fds[1]);
+  return {};
+}
+
+Status SetNonBlocking(int fd, bool on) {
+  int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0) return FailErrno("fcntl(F_GETFL)", errno);
+  flags = on ? (flags | O_NONBLOCK) : (flags & ~O_NONBLOCK);
+  if (::fcntl(fd, F_SETFL, flags) < 0) return FailErrno("fcntl(F_SETFL)", errno);
+  return {};
+}
+
+}  // namespace airlock
