@@ -558,11 +558,17 @@ void Agent::CloseOutput(ExecState& e, bool is_stderr) {
   UniqueFd& fd = is_stderr ? e.err : e.out;
   if (!fd) return;
   DelWatch(fd.get());
-  fd.Reset();
-  if (e.pty && e.in) {  // the master is shared with stdin
-    DelWatch(e.in.get());
-    e.in.Reset();
+  if (e.pty) {
+    // Closing the master hangs the terminal up. A SIGHUP that reaches the command while it is
+    // still exiting would be reported as its cause of death, so the master is kept until the
+    // command has been reaped (the ExecState goes).
+    e.pty_master = std::move(fd);
+    if (e.in) {  // a dup of the master, for stdin
+      DelWatch(e.in.get());
+      e.in.Reset();
+    }
   }
+  fd.Reset();
 }
 
 // Reads what the pipes hold right now and closes them: the command has exited, and a

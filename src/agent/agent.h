@@ -64,6 +64,7 @@ class Agent {
     pid_t pid;
     bool pty;
     UniqueFd in, out, err;
+    UniqueFd pty_master;  // held after output ended, until the command is reaped
     Watch in_watch{Watch::kStdin}, out_watch{Watch::kStdout}, err_watch{Watch::kStderr};
     std::string stdin_buf;
     bool stdin_close_pending = false;

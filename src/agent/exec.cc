@@ -191,8 +191,9 @@ Result<Spawned> Spawn(const SpawnPlan& plan) {
     }
     char name[64];
     if (::ptsname_r(master.get(), name, sizeof name) != 0) return FailErrno("ptsname", errno);
-    // Opened without O_NOCTTY; TIOCSCTTY in the child makes it the controlling terminal.
-    pty_slave.Reset(::open(name, O_RDWR | O_CLOEXEC));
+    // O_NOCTTY: it must never become the agent's own terminal (as PID 1 it leads a session).
+    // TIOCSCTTY in the child makes it the command's controlling terminal.
+    pty_slave.Reset(::open(name, O_RDWR | O_NOCTTY | O_CLOEXEC));
     if (!pty_slave) return FailErrno(std::string("open ") + name, errno);
     if (plan.switch_to) {
       // The user must own its terminal, as login does.

@@ -23,6 +23,10 @@ thread_local bool g_watching_allocations = false;
 thread_local size_t g_largest_allocation = 0;
 }  // namespace
 
+// g++ -O2 sees these forward to malloc/free and, inlining them into gtest's code, mistakes the
+// pairing for a mismatch.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
 void* operator new(std::size_t size) {
   if (g_watching_allocations && size > g_largest_allocation) g_largest_allocation = size;
   if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
