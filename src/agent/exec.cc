@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/capability.h>
 #include <linux/close_range.h>
 #include <sched.h>
 #include <signal.h>
@@ -41,6 +42,7 @@ struct ChildArgs {
   int pty_slave;                       // -1 without a pty
   const winsize* size;
   const rlimit* nofile;  // or nullptr
+  bool drop_caps;
   // Written by the child on failure, read by the parent once the child has exec'd or died.
   const char* failed_step;
   int failed_errno;
@@ -75,10 +77,27 @@ int ChildMain(void* arg) {
   if (a->nofile && ::setrlimit(RLIMIT_NOFILE, a->nofile) < 0) ChildFail(a, "setrlimit");
   ::umask(022);  // the agent's own is 0, so that file modes it sets are exact
   if (::prctl(PR_SET_CHILD_SUBREAPER, 1) < 0) ChildFail(a, "prctl(PR_SET_CHILD_SUBREAPER)");
+  // The bounding set first (that needs CAP_SETPCAP), then the user switch (CAP_SETUID and
+  // CAP_SETGID), then everything that is left: even as uid 0, the command execs with nothing.
+  if (a->drop_caps) {
+    for (int cap = 0; cap < 64; ++cap) {
+      if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL) {
+        ChildFail(a, "prctl(PR_CAPBSET_DROP)");
+      }
+    }
+  }
   if (a->switch_user) {
     if (::setgroups(a->ngroups, a->groups) < 0) ChildFail(a, "setgroups");
     if (::setresgid(a->gid, a->gid, a->gid) < 0) ChildFail(a, "setgid");
     if (::setresuid(a->uid, a->uid, a->uid) < 0) ChildFail(a, "setuid");
+  }
+  if (a->drop_caps) {
+    __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct none[2]{};
+    if (::syscall(SYS_capset, &header, none) < 0) ChildFail(a, "capset");
+    if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0) {
+      ChildFail(a, "prctl(PR_CAP_AMBIENT_CLEAR_ALL)");
+    }
   }
   if (a->cwd) {
     if (::chdir(a->cwd) < 0) ChildFail(a, "chdir");
@@ -177,6 +196,7 @@ Result<SpawnPlan> PlanExec(const protocol::Exec& req, const ExecDefaults& defaul
   plan.cols = req.pty_cols ? req.pty_cols : 80;
   plan.stdin_pipe = req.stdin_mode == protocol::StdinMode::kPipe;
   plan.nofile = defaults.nofile;
+  plan.drop_caps = defaults.drop_caps;
   return plan;
 }
 
@@ -255,6 +275,7 @@ Result<Spawned> Spawn(const SpawnPlan& plan) {
   args.pty_slave = plan.pty ? slave : -1;
   args.size = plan.pty ? &size : nullptr;
   args.nofile = plan.nofile ? &*plan.nofile : nullptr;
+  args.drop_caps = plan.drop_caps;
 
   // The agent is single-threaded and the parent sleeps until the child execs or exits, so one
   // stack serves every spawn.

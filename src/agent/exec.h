@@ -28,6 +28,7 @@ struct SpawnPlan {
   uint16_t rows = 0, cols = 0;
   bool stdin_pipe = false;
   std::optional<rlimit> nofile;
+  bool drop_caps = false;
 };
 
 struct Spawned {
@@ -42,6 +43,7 @@ struct ExecDefaults {
   std::optional<UserInfo> default_user;  // who commands run as when a request names nobody
   std::vector<std::string> env;          // KEY=VALUE applied before the request's own
   std::optional<rlimit> nofile;          // RLIMIT_NOFILE for commands (the agent raises its own)
+  bool drop_caps = false;  // commands run with no capability at all, whatever their uid
 };
 
 // Turns a request into a plan: resolves the user, builds the environment, searches PATH.

@@ -37,6 +37,7 @@ void Usage(FILE* out) {
       "  --output-cap BYTES   default cap on stdout+stderr delivered per command (16 MiB)\n"
       "  --kill-grace-ms MS   SIGTERM to SIGKILL grace on timeout and shutdown (1000)\n"
       "  --linger-ms MS       wait for output held open by background processes (200)\n"
+      "  --drop-caps          commands run with no capability, even as root (the jail sets it)\n"
       "  --log-level LEVEL    trace, debug, info, warn, error, off (info)\n"
       "  --version            print the build id and exit\n",
       out);
@@ -73,7 +74,21 @@ int main(int argc, char** argv) {
   AgentOptions options;
   int channel_fd = -1;
   std::string listen_path, user, log_level = "info";
-  enum { kFd = 1, kListen, kRoot, kUser, kEtc, kEnv, kCap, kGrace, kLinger, kLog, kVersion, kHelp };
+  enum {
+    kFd = 1,
+    kListen,
+    kRoot,
+    kUser,
+    kEtc,
+    kEnv,
+    kCap,
+    kGrace,
+    kLinger,
+    kLog,
+    kVersion,
+    kHelp,
+    kDropCaps
+  };
   static const option kLong[] = {{"fd", required_argument, nullptr, kFd},
                                  {"listen", required_argument, nullptr, kListen},
                                  {"root", required_argument, nullptr, kRoot},
@@ -84,6 +99,7 @@ int main(int argc, char** argv) {
                                  {"kill-grace-ms", required_argument, nullptr, kGrace},
                                  {"linger-ms", required_argument, nullptr, kLinger},
                                  {"log-level", required_argument, nullptr, kLog},
+                                 {"drop-caps", no_argument, nullptr, kDropCaps},
                                  {"version", no_argument, nullptr, kVersion},
                                  {"help", no_argument, nullptr, kHelp},
                                  {nullptr, 0, nullptr, 0}};
@@ -125,6 +141,9 @@ int main(int argc, char** argv) {
         break;
       case kLog:
         log_level = optarg;
+        break;
+      case kDropCaps:
+        options.exec.drop_caps = true;
         break;
       case kVersion:
         std::printf("airlock-agent %s\n", AIRLOCK_BUILD_ID);

@@ -1,0 +1,191 @@
+// Cold create of a jail sandbox (every setup step done, the agent answering a ping) and its
+// destroy, beside bubblewrap's cold start (`bwrap --unshare-all ... true`) and gVisor's
+// (`runsc run` of a trivial bundle), all measured in the same run. Needs root.
+//
+//   airlock-bench-jail [--iterations N] [--runsc-iterations N] [--json FILE]
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "common/ids.h"
+#include "protocol/client.h"
+#include "runtime/jail/jail_runtime.h"
+#include "stats.h"
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "airlock-bench-jail: %s\n", what.c_str());
+  std::exit(1);
+}
+
+double Us(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::micro>(b - a).count();
+}
+
+// Runs argv to completion, returning its wall time; dies if it fails.
+double TimeCommand(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  auto t0 = Clock::now();
+  pid_t pid;
+  if (posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ) != 0) Die("spawn " + args[0]);
+  int status;
+  waitpid(pid, &status, 0);
+  auto t1 = Clock::now();
+  posix_spawn_file_actions_destroy(&fa);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) Die(args[0] + " failed");
+  return Us(t0, t1);
+}
+
+bool Have(const char* tool) {
+  std::string cmd = std::string("command -v ") + tool + " >/dev/null 2>&1";
+  return std::system(cmd.c_str()) == 0;
+}
+
+// A bundle for runsc: a read-only root with the host's /usr bound in, running true.
+std::string MakeRunscBundle(const std::string& dir) {
+  fs::create_directories(dir + "/rootfs/usr");
+  fs::create_directories(dir + "/rootfs/proc");
+  for (const char* l : {"bin", "lib", "lib64"}) {
+    std::error_code ec;
+    fs::create_symlink(std::string("usr/") + l, dir + "/rootfs/" + l, ec);
+  }
+  std::ofstream(dir + "/config.json") << R"({"ociVersion":"1.0.2",
+ "process":{"user":{"uid":0,"gid":0},"args":["/usr/bin/true"],"env":["PATH=/usr/bin"],"cwd":"/"},
+ "root":{"path":"rootfs","readonly":true},"hostname":"bench",
+ "mounts":[{"destination":"/usr","type":"bind","source":"/usr","options":["rbind","ro"]},
+           {"destination":"/proc","type":"proc","source":"proc"}],
+ "linux":{"namespaces":[{"type":"pid"},{"type":"network"},{"type":"ipc"},{"type":"uts"},
+                        {"type":"mount"}]}})";
+  return dir;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int iterations = 200, runsc_iterations = 20;
+  std::string json_path;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) Die(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--iterations")
+      iterations = std::stoi(next());
+    else if (a == "--runsc-iterations")
+      runsc_iterations = std::stoi(next());
+    else if (a == "--json")
+      json_path = next();
+    else
+      Die("unknown argument " + a);
+  }
+  if (geteuid() != 0) Die("needs root (the jail engine maps uid ranges)");
+  std::string work = fs::temp_directory_path() / ("airlock-bench-jail-" + std::to_string(getpid()));
+  fs::create_directories(work);
+
+  airlock::jail::JailOptions options;
+  options.state_dir = work + "/state";
+  options.launcher_path = AIRLOCK_JAIL_LAUNCHER_PATH;
+  options.agent_path = AIRLOCK_AGENT_PATH;
+  auto rt = airlock::jail::JailRuntime::Open(options);
+  if (!rt) Die(rt.error().message());
+
+  auto jail_cycle = [&](std::vector<double>& create, std::vector<double>& destroy) {
+    airlock::runtime::SandboxSpec spec;
+    spec.id = airlock::NewSandboxId();
+    auto t0 = Clock::now();
+    auto sbx = (*rt)->Create(spec);
+    if (!sbx) Die(sbx.error().message());
+    auto client = airlock::protocol::BlockingClient::Connect((*sbx)->TakeAgentChannel());
+    if (!client || !client->Ping(1)) Die("the agent did not answer");
+    auto t1 = Clock::now();
+    if (auto st = (*rt)->Destroy(spec.id); !st) Die(st.error().message());
+    auto t2 = Clock::now();
+    create.push_back(Us(t0, t1));
+    destroy.push_back(Us(t1, t2));
+  };
+  const std::vector<std::string> bwrap = {"bwrap",        "--unshare-all", "--die-with-parent",
+                                          "--ro-bind",    "/usr",          "/usr",
+                                          "--symlink",    "usr/bin",       "/bin",
+                                          "--symlink",    "usr/lib",       "/lib",
+                                          "--symlink",    "usr/lib64",     "/lib64",
+                                          "--proc",       "/proc",         "--dev",
+                                          "/dev",         "--tmpfs",       "/tmp",
+                                          "/usr/bin/true"};
+  bool have_bwrap = Have("bwrap"), have_runsc = Have("runsc");
+
+  // Warm up the page cache and the allocator, then interleave the two fast ones.
+  std::vector<double> create, destroy, bw, rs, ignore1, ignore2;
+  for (int i = 0; i < 10; ++i) {
+    jail_cycle(ignore1, ignore2);
+    if (have_bwrap) TimeCommand(bwrap);
+  }
+  for (int i = 0; i < iterations; ++i) {
+    jail_cycle(create, destroy);
+    if (have_bwrap) bw.push_back(TimeCommand(bwrap));
+  }
+  if (have_runsc) {
+    std::string bundle = MakeRunscBundle(work + "/bundle");
+    for (int i = 0; i < runsc_iterations + 2; ++i) {
+      double t =
+          TimeCommand({"runsc", "--root", work + "/runsc", "--network=none", "--ignore-cgroups",
+                       "run", "--bundle", bundle, "bench-" + std::to_string(i)});
+      if (i >= 2) rs.push_back(t);
+    }
+  }
+  rt->reset();
+  std::error_code ec;
+  fs::remove_all(work, ec);
+
+  namespace b = airlock::bench;
+  std::vector<b::Summary> all = {b::Summarize("jail cold create (agent answering)", create),
+                                 b::Summarize("jail destroy", destroy)};
+  if (have_bwrap) all.push_back(b::Summarize("baseline bwrap --unshare-all true", bw));
+  if (have_runsc) all.push_back(b::Summarize("baseline runsc run (true)", rs));
+  b::PrintHeader();
+  for (const auto& s : all) b::Print(s);
+  std::string ratios;
+  if (have_bwrap) {
+    double r = all[0].p50 / all[2].p50;
+    std::printf("\nratio jail create / bwrap: p50 %.2fx, p99 %.2fx (target p50 <= 1.50x: %s)\n", r,
+                all[0].p99 / all[2].p99, r <= 1.5 ? "met" : "NOT met");
+    ratios += ",\"ratio_p50_vs_bwrap\":" + std::to_string(r);
+  } else {
+    std::printf("\nbwrap is not installed: no baseline (apt-get install bubblewrap)\n");
+  }
+  if (have_runsc) {
+    double r = all[0].p50 / all.back().p50;
+    std::printf("ratio jail create / runsc run: p50 %.3fx\n", r);
+    ratios += ",\"ratio_p50_vs_runsc\":" + std::to_string(r);
+  } else {
+    std::printf("runsc is not installed: no baseline (apt-get install runsc)\n");
+  }
+  if (!json_path.empty()) {
+    std::ofstream out(json_path);
+    out << "{\"benchmark\":\"jail_create\",\"results\":[";
+    for (size_t i = 0; i < all.size(); ++i) out << (i ? "," : "") << b::Json(all[i]);
+    out << "]" << ratios << "}\n";
+  }
+  return 0;
+}

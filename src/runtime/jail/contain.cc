@@ -1,0 +1,439 @@
+#include "runtime/jail/contain.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <linux/close_range.h>
+#include <net/if.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+
+#include "common/syscall.h"
+#include "runtime/jail/seccomp_policy.h"
+
+namespace airlock::jail {
+namespace {
+
+constexpr uid_t kUserUid = 1000;
+
+// The capabilities the agent keeps (all of them namespaced: they act only on ids and processes
+// of its own sandbox). It switches commands to their user (SETUID, SETGID), drops every
+// capability from them before they run (SETPCAP), signals their processes (KILL) and does file
+// operations on files its user may own (CHOWN, DAC_OVERRIDE, FOWNER). Commands get none.
+constexpr int kAgentCaps[] = {CAP_CHOWN,  CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_KILL,
+                              CAP_SETGID, CAP_SETUID,       CAP_SETPCAP};
+
+struct Failure {
+  const char* step = nullptr;
+  int err = 0;
+};
+
+// The record the sandbox process writes to the launcher if a step fails (fixed size: one write).
+struct FailureRecord {
+  char step[48];
+  int err;
+};
+
+// Locked mount flags of an existing mount, which a remount inside a user namespace must keep.
+unsigned long LockedFlags(const char* path) {
+  struct statvfs st;
+  if (::statvfs(path, &st) != 0) return 0;
+  unsigned long flags = 0;
+  if (st.f_flag & ST_NOSUID) flags |= MS_NOSUID;
+  if (st.f_flag & ST_NODEV) flags |= MS_NODEV;
+  if (st.f_flag & ST_NOEXEC) flags |= MS_NOEXEC;
+  if (st.f_flag & ST_NOATIME) flags |= MS_NOATIME;
+  if (st.f_flag & ST_NODIRATIME) flags |= MS_NODIRATIME;
+  if (st.f_flag & ST_RELATIME) flags |= MS_RELATIME;
+  return flags;
+}
+
+// Binds `src` onto `dst` and remounts it with `flags` added (read-only, nosuid, ...).
+int BindWithFlags(const char* src, const char* dst, unsigned long flags) {
+  if (::mount(src, dst, nullptr, MS_BIND | MS_REC, nullptr) < 0) return -1;
+  return ::mount(nullptr, dst, nullptr, MS_BIND | MS_REMOUNT | flags | LockedFlags(dst), nullptr);
+}
+
+int WriteFile(const std::string& path, std::string_view text, mode_t mode) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode));
+  if (!fd) return -1;
+  if (!WriteAll(fd.get(), text)) return -1;
+  return 0;
+}
+
+int Touch(const std::string& path) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return -1;
+  return ::close(fd);
+}
+
+int MkdirOwned(const std::string& path, mode_t mode, uid_t owner) {
+  if (::mkdir(path.c_str(), mode) < 0 && errno != EEXIST) return -1;
+  if (::chown(path.c_str(), owner, owner) < 0) return -1;
+  return ::chmod(path.c_str(), mode);
+}
+
+int LoopbackUp() {
+  UniqueFd s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!s) return -1;
+  ifreq ifr{};
+  std::strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
+  if (::ioctl(s.get(), SIOCGIFFLAGS, &ifr) < 0) return -1;
+  ifr.ifr_flags = static_cast<short>(ifr.ifr_flags | IFF_UP);
+  return ::ioctl(s.get(), SIOCSIFFLAGS, &ifr);
+}
+
+int SetCapabilities() {
+  // Bounding set: everything but the agent's capabilities goes, for good.
+  for (int cap = 0; cap <= CAP_LAST_CAP; ++cap) {
+    bool keep = false;
+    for (int k : kAgentCaps) keep |= k == cap;
+    if (!keep && ::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL) return -1;
+  }
+  if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0) return -1;
+  // The agent execs as root of the namespace, so it gets its bounding set as permitted and
+  // effective capabilities; nothing is inheritable.
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2]{};
+  for (int k : kAgentCaps) {
+    data[k / 32].effective |= 1u << (k % 32);
+    data[k / 32].permitted |= 1u << (k % 32);
+  }
+  return static_cast<int>(::syscall(SYS_capset, &header, data));
+}
+
+// Masks what /proc must not show or let be written, as runc and bubblewrap do.
+Failure MaskProc(const std::string& root) {
+  static constexpr const char* kHiddenFiles[] = {
+      "kcore",       "keys",          "key-users",     "kmsg",        "timer_list",
+      "sched_debug", "sysrq-trigger", "latency_stats", "timer_stats", "kallsyms"};
+  static constexpr const char* kHiddenDirs[] = {"acpi", "scsi", "asound", "firmware"};
+  static constexpr const char* kReadOnly[] = {"sys", "irq", "bus", "fs"};
+  for (const char* f : kHiddenFiles) {
+    std::string p = root + "/proc/" + f;
+    if (::access(p.c_str(), F_OK) != 0) continue;
+    if (::mount("/dev/null", p.c_str(), nullptr, MS_BIND, nullptr) < 0)
+      return {"mask /proc file", errno};
+  }
+  for (const char* d : kHiddenDirs) {
+    std::string p = root + "/proc/" + d;
+    if (::access(p.c_str(), F_OK) != 0) continue;
+    if (::mount("tmpfs", p.c_str(), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                "size=0,mode=0555") < 0) {
+      return {"mask /proc dir", errno};
+    }
+  }
+  for (const char* d : kReadOnly) {
+    std::string p = root + "/proc/" + d;
+    if (::access(p.c_str(), F_OK) != 0) continue;
+    if (BindWithFlags(p.c_str(), p.c_str(), MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC) < 0) {
+      return {"read-only /proc dir", errno};
+    }
+  }
+  return {};
+}
+
+// A minimal /dev: a few host device nodes bound in, a private devpts and a capped /dev/shm.
+Failure MakeDev(const std::string& root) {
+  std::string dev = root + "/dev";
+  if (::mount("tmpfs", dev.c_str(), "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755") < 0) {
+    return {"mount /dev", errno};
+  }
+  for (const char* node : {"null", "zero", "full", "random", "urandom", "tty"}) {
+    std::string host = std::string("/dev/") + node, inside = dev + "/" + node;
+    if (Touch(inside) < 0) return {"create /dev node", errno};
+    if (::mount(host.c_str(), inside.c_str(), nullptr, MS_BIND, nullptr) < 0) {
+      return {"bind /dev node", errno};
+    }
+  }
+  std::string pts = dev + "/pts";
+  if (::mkdir(pts.c_str(), 0755) < 0) return {"mkdir /dev/pts", errno};
+  if (::mount("devpts", pts.c_str(), "devpts", MS_NOSUID | MS_NOEXEC,
+              "newinstance,ptmxmode=0666,mode=0620,gid=5") < 0) {
+    return {"mount /dev/pts", errno};
+  }
+  std::string shm = dev + "/shm";
+  if (::mkdir(shm.c_str(), 01777) < 0) return {"mkdir /dev/shm", errno};
+  if (::mount("tmpfs", shm.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              "size=64m,mode=1777") < 0) {
+    return {"mount /dev/shm", errno};
+  }
+  static constexpr std::pair<const char*, const char*> kLinks[] = {{"pts/ptmx", "ptmx"},
+                                                                   {"/proc/self/fd", "fd"},
+                                                                   {"/proc/self/fd/0", "stdin"},
+                                                                   {"/proc/self/fd/1", "stdout"},
+                                                                   {"/proc/self/fd/2", "stderr"}};
+  for (const auto& [target, name] : kLinks) {
+    if (::symlink(target, (dev + "/" + name).c_str()) < 0) return {"symlink in /dev", errno};
+  }
+  return {};
+}
+
+// Everything the sandbox process does between clone and exec, in order. Any failure returns the
+// step and errno; nothing is retried.
+Failure ContainProcess(const JailConfig& c, int sync_fd, int agent_fd,
+                       const SeccompProgram& seccomp, const std::vector<char*>& argv,
+                       const std::vector<char*>& envp) {
+  // 1. Wait until the launcher has written our uid and gid maps, then become root of the new
+  //    user namespace (which is uid_base on the host).
+  char go;
+  if (RetryEintr([&] { return ::read(sync_fd, &go, 1); }) != 1) return {"wait for id maps", EIO};
+  if (::setgroups(0, nullptr) < 0) return {"setgroups", errno};
+  if (::setresgid(0, 0, 0) < 0) return {"setresgid", errno};
+  if (::setresuid(0, 0, 0) < 0) return {"setresuid", errno};
+
+  // 2. Root filesystem: nothing we mount propagates back to the host; the writable layer is a
+  //    tmpfs capped at disk_mb; the root is an overlay of the template under it.
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) < 0) {
+    return {"make mounts private", errno};
+  }
+  std::string disk = c.sandbox_dir + "/disk", root = c.sandbox_dir + "/rootfs";
+  std::string disk_opts = "size=" + std::to_string(c.disk_mb) + "m,mode=0755";
+  if (::mount("tmpfs", disk.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, disk_opts.c_str()) < 0) {
+    return {"mount writable layer", errno};
+  }
+  if (::mkdir((disk + "/upper").c_str(), 0755) < 0 || ::mkdir((disk + "/work").c_str(), 0755) < 0) {
+    return {"mkdir upper and work", errno};
+  }
+  std::string overlay = "lowerdir=" + c.template_dir + ",upperdir=" + disk +
+                        "/upper,workdir=" + disk + "/work,userxattr";
+  if (::mount("overlay", root.c_str(), "overlay", MS_NOSUID | MS_NODEV, overlay.c_str()) < 0) {
+    return {"mount overlay", errno};
+  }
+  // The host's /usr, read-only; /bin, /lib, ... are symlinks into it in the template.
+  if (BindWithFlags("/usr", (root + "/usr").c_str(), MS_RDONLY | MS_NOSUID | MS_NODEV) < 0) {
+    return {"bind /usr", errno};
+  }
+  for (const auto& dir : c.ro_binds) {  // a host whose /bin, /lib, ... are not symlinks
+    if (BindWithFlags(dir.c_str(), (root + dir).c_str(), MS_RDONLY | MS_NOSUID | MS_NODEV) < 0) {
+      return {"bind host directory", errno};
+    }
+  }
+
+  // 3. /etc, the home directories and /tmp, all new in the writable layer.
+  if (MkdirOwned(root + "/etc", 0755, 0) < 0) return {"mkdir /etc", errno};
+  for (const auto& [name, text] : EtcFiles(c.id)) {
+    if (WriteFile(root + "/etc/" + name, text, 0644) < 0) return {"write /etc", errno};
+  }
+  if (MkdirOwned(root + "/root", 0700, 0) < 0) return {"mkdir /root", errno};
+  if (MkdirOwned(root + "/home", 0755, 0) < 0) return {"mkdir /home", errno};
+  if (MkdirOwned(root + "/home/user", 0755, kUserUid) < 0) return {"mkdir /home/user", errno};
+  std::string tmp_opts = "size=" + std::to_string(c.tmp_mb) + "m,mode=1777";
+  if (::mount("tmpfs", (root + "/tmp").c_str(), "tmpfs", MS_NOSUID | MS_NODEV, tmp_opts.c_str()) <
+      0) {
+    return {"mount /tmp", errno};
+  }
+
+  // 4. A fresh /proc for the new pid namespace, with the sensitive parts masked, and /dev.
+  if (::mount("proc", (root + "/proc").c_str(), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) <
+      0) {
+    return {"mount /proc", errno};
+  }
+  if (Failure f = MaskProc(root); f.step) return f;
+  if (Failure f = MakeDev(root); f.step) return f;
+
+  // 5. Make the new root the root, and let go of the old one entirely.
+  if (::chdir(root.c_str()) < 0) return {"chdir rootfs", errno};
+  if (::syscall(SYS_pivot_root, ".", ".") < 0) return {"pivot_root", errno};
+  if (::umount2(".", MNT_DETACH) < 0) return {"detach old root", errno};
+  if (::chdir("/") < 0) return {"chdir /", errno};
+
+  // 6. Identity and network: the sandbox id as hostname, loopback only.
+  if (::sethostname(c.id.data(), c.id.size()) < 0) return {"sethostname", errno};
+  if (LoopbackUp() < 0) return {"bring up loopback", errno};
+
+  // 7. Into the sandbox's cgroups (the launcher moves us while we set up the file system; a
+  //    cgroup v1 move waits out an RCU grace period, ~10 ms, which this way costs nothing),
+  //    then a cgroup namespace rooted there. Limits, a session of its own, and no fd but
+  //    stdio and the agent's channel (as fd 3).
+  if (RetryEintr([&] { return ::read(sync_fd, &go, 1); }) != 1) return {"wait for cgroup", EIO};
+  if (::unshare(CLONE_NEWCGROUP) < 0) return {"unshare cgroup namespace", errno};
+  rlimit nofile{c.nofile, c.nofile}, core{0, 0};
+  if (::setrlimit(RLIMIT_NOFILE, &nofile) < 0) return {"setrlimit(NOFILE)", errno};
+  if (::setrlimit(RLIMIT_CORE, &core) < 0) return {"setrlimit(CORE)", errno};
+  if (::setsid() < 0) return {"setsid", errno};
+  if (c.channel_fd != 3) {
+    if (::dup2(c.channel_fd, 3) < 0) return {"dup2 channel", errno};
+  } else if (::fcntl(3, F_SETFD, 0) < 0) {
+    return {"keep channel", errno};
+  }
+  // The report pipe and the agent binary's fd are close-on-exec; everything else goes now.
+  if (::syscall(SYS_close_range, 4u, ~0u, CLOSE_RANGE_CLOEXEC) < 0) return {"close_range", errno};
+
+  // 8. No privilege can be gained again; capabilities cut to the agent's few; seccomp last.
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) return {"no_new_privs", errno};
+  if (SetCapabilities() < 0) return {"capabilities", errno};
+  if (int err = InstallSeccomp(seccomp.prog()); err != 0) return {"seccomp", err};
+
+  // 9. The agent, as PID 1, from the fd opened before pivot_root (it is not in the sandbox's
+  //    file system at all).
+  ::syscall(SYS_execveat, agent_fd, "", argv.data(), envp.data(), AT_EMPTY_PATH);
+  return {"execve agent", errno};
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> EtcFiles(const std::string& hostname) {
+  return {
+      {"passwd",
+       "root:x:0:0:root:/root:/bin/sh\n"
+       "user:x:1000:1000:user:/home/user:/bin/bash\n"
+       "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"},
+      {"group", "root:x:0:\ntty:x:5:user\nuser:x:1000:\nnogroup:x:65534:\n"},
+      {"hosts", "127.0.0.1\tlocalhost " + hostname + "\n::1\tlocalhost ip6-localhost\n"},
+      {"hostname", hostname + "\n"},
+      {"nsswitch.conf", "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\n"},
+      // No network yet: the resolver has nothing to ask.
+      {"resolv.conf", "# this sandbox has no network\n"},
+  };
+}
+
+std::string FormatReport(const LaunchReport& r) {
+  if (r.failed_step.empty()) return "ok " + std::to_string(r.pid) + "\n";
+  std::string step = r.failed_step;
+  for (char& ch : step) {
+    if (ch == ' ') ch = '_';
+  }
+  return "error " + step + " " + std::to_string(r.err) + " " + std::to_string(r.pid) + "\n";
+}
+
+Result<LaunchReport> ParseReport(std::string_view line) {
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
+  auto bad = [&] {
+    return Fail(ErrorCode::kInternal, "the jail launcher reported '" + std::string(line) + "'");
+  };
+  LaunchReport r;
+  if (line.starts_with("ok ")) {
+    auto v = line.substr(3);
+    auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), r.pid);
+    if (ec != std::errc() || end != v.data() + v.size() || r.pid <= 0) return bad();
+    return r;
+  }
+  if (!line.starts_with("error ")) return bad();
+  // "<step with underscores> <errno> <pid>"
+  auto rest = line.substr(6);
+  size_t sp2 = rest.rfind(' ');
+  if (sp2 == std::string_view::npos) return bad();
+  size_t sp1 = rest.rfind(' ', sp2 - 1);
+  if (sp1 == std::string_view::npos || sp1 == 0 || sp2 == 0) return bad();
+  r.failed_step = std::string(rest.substr(0, sp1));
+  for (char& ch : r.failed_step) {
+    if (ch == '_') ch = ' ';
+  }
+  auto number = [](std::string_view v, auto& out) {
+    auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+    return ec == std::errc() && end == v.data() + v.size();
+  };
+  if (!number(rest.substr(sp1 + 1, sp2 - sp1 - 1), r.err) || !number(rest.substr(sp2 + 1), r.pid)) {
+    return bad();
+  }
+  return r;
+}
+
+LaunchReport Launch(const JailConfig& c) {
+  pid_t pid = 0;  // the sandbox process, once cloned: a failure report names it for reaping
+  auto fail = [&](const char* step, int err) { return LaunchReport{pid, step, err}; };
+
+  // Everything that can fail or allocate happens before the clone.
+  auto seccomp = SeccompProgram::Compile();
+  if (!seccomp) return fail("compile seccomp policy", seccomp.error().sys_errno() ?: EINVAL);
+  UniqueFd agent(::open(c.agent_path.c_str(), O_PATH | O_CLOEXEC));
+  if (!agent) return fail("open agent binary", errno);
+  std::vector<std::string> args = {"airlock-agent"};
+  args.insert(args.end(), c.agent_args.begin(), c.agent_args.end());
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  static char kPath[] = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+  envp = {kPath, nullptr};
+  int sync[2], report[2];
+  if (::pipe2(sync, O_CLOEXEC) < 0 || ::pipe2(report, O_CLOEXEC) < 0) return fail("pipe", errno);
+  UniqueFd sync_r(sync[0]), sync_w(sync[1]), report_r(report[0]), report_w(report[1]);
+
+  constexpr unsigned long kFlags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWUTS |
+                                   CLONE_NEWIPC | CLONE_NEWNET | CLONE_PARENT;
+  // The launcher's exit signal (SIGCHLD) goes to our parent with CLONE_PARENT.
+  pid = static_cast<pid_t>(::syscall(SYS_clone, kFlags, nullptr, nullptr, nullptr, 0));
+  if (pid < 0) {
+    pid = 0;
+    return fail("clone", errno);
+  }
+  if (pid == 0) {
+    sync_w.Reset();
+    report_r.Reset();
+    Failure f = ContainProcess(c, sync_r.get(), agent.get(), *seccomp, argv, envp);
+    FailureRecord rec{};
+    std::strncpy(rec.step, f.step, sizeof rec.step - 1);
+    rec.err = f.err;
+    (void)!::write(report_w.get(), &rec, sizeof rec);
+    _exit(1);
+  }
+  sync_r.Reset();
+  report_w.Reset();
+
+  // Ids 0..65535 of the sandbox are uid_base.. on the host: root inside is nobody outside.
+  std::string map = "0 " + std::to_string(c.uid_base) + " 65536\n";
+  std::string proc = "/proc/" + std::to_string(pid);
+  for (const char* file : {"/uid_map", "/gid_map"}) {
+    UniqueFd fd(::open((proc + file).c_str(), O_WRONLY | O_CLOEXEC));
+    if (!fd || !WriteAll(fd.get(), map)) {
+      int err = errno;
+      ::kill(pid, SIGKILL);
+      return fail("write id map", err);
+    }
+  }
+  if (::write(sync_w.get(), "g", 1) != 1) {
+    int err = errno;
+    ::kill(pid, SIGKILL);
+    return fail("release sandbox", err);
+  }
+  // Into the sandbox's cgroups, while it mounts; it goes no further than that until told.
+  std::string pid_text = std::to_string(pid);
+  const char* join_failed = nullptr;
+  int join_err = 0;
+  for (const auto& procs : c.cgroup_procs) {
+    UniqueFd fd(::open(procs.c_str(), O_WRONLY | O_CLOEXEC));
+    if (!fd || !WriteAll(fd.get(), pid_text)) {
+      join_failed = "join cgroup";
+      join_err = errno;
+      break;
+    }
+  }
+  if (!join_failed && ::write(sync_w.get(), "c", 1) != 1) {
+    join_failed = "release sandbox";
+    join_err = errno;
+  }
+  if (join_failed) ::kill(pid, SIGKILL);
+  sync_w.Reset();
+  // End of file on the report pipe: the sandbox exec'd the agent (the pipe is close-on-exec).
+  FailureRecord rec{};
+  ssize_t n = RetryEintr([&] { return ::read(report_r.get(), &rec, sizeof rec); });
+  if (n == static_cast<ssize_t>(sizeof rec)) {
+    rec.step[sizeof rec.step - 1] = '\0';
+    return fail(rec.step[0] ? rec.step : "setup", rec.err);  // its own failure comes first
+  }
+  if (join_failed) return fail(join_failed, join_err);
+  if (n != 0) return fail("read setup report", n < 0 ? errno : EIO);
+  // Or it died without a word (killed from outside, or the agent failed at once).
+  std::string state = ReadFileToString(proc + "/stat", 4096).value_or("");
+  size_t paren = state.rfind(')');
+  if (paren == std::string::npos || state.compare(paren + 2, 1, "Z") == 0) {
+    return fail("start agent", ECHILD);
+  }
+  return LaunchReport{pid, "", 0};
+}
+
+}  // namespace airlock::jail

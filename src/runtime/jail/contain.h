@@ -1,0 +1,52 @@
+#pragma once
+// The jail's setup: what airlock-jail (the single-threaded launcher) does to turn itself into a
+// sandbox whose PID 1 is airlock-agent. The steps, in order, are the security argument; they
+// are in one function in contain.cc that reads top to bottom.
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+
+namespace airlock::jail {
+
+struct JailConfig {
+  std::string id;            // becomes the hostname
+  std::string sandbox_dir;   // host directory holding empty "disk" and "rootfs" mount points
+  std::string template_dir;  // the read-only lower layer of the root filesystem
+  uid_t uid_base = 0;        // sandbox ids 0..65535 map to uid_base.. on the host
+  uint64_t disk_mb = 1024;   // the writable layer (a tmpfs inside the sandbox)
+  uint64_t tmp_mb = 256;     // /tmp
+  uint64_t nofile = 4096;    // RLIMIT_NOFILE
+  std::vector<std::string> cgroup_procs;  // cgroup.procs files the sandbox is born into
+  std::vector<std::string> ro_binds;      // host directories bound read-only at the same path
+  std::string agent_path;
+  std::vector<std::string> agent_args;  // after argv[0]; the channel is fd 3
+  int channel_fd = -1;                  // the agent's channel, inherited by the launcher
+};
+
+// What the launcher reports on its report fd, one line:
+//   "ok <pid>"                   the sandbox's PID 1 (host pid) runs the agent
+//   "error <step> <errno> <pid>" setup step <step> failed with <errno>; <pid> is the sandbox
+//                                process that is left to reap, or 0 if none was cloned
+// The sandbox process is cloned with CLONE_PARENT: it is the launcher's caller's child, so the
+// caller (the daemon) reaps it.
+struct LaunchReport {
+  pid_t pid = 0;
+  std::string failed_step;
+  int err = 0;
+};
+std::string FormatReport(const LaunchReport& report);
+[[nodiscard]] Result<LaunchReport> ParseReport(std::string_view line);
+
+// Runs the launcher: clones the sandbox, maps its ids, waits for it to exec the agent or fail.
+// Returns the report to write. Precondition: single-threaded, root on the host.
+LaunchReport Launch(const JailConfig& config);
+
+// The /etc files of a fresh sandbox: name -> contents.
+std::vector<std::pair<std::string, std::string>> EtcFiles(const std::string& hostname);
+
+}  // namespace airlock::jail

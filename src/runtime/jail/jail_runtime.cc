@@ -1,0 +1,348 @@
+#include "runtime/jail/jail_runtime.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "common/ids.h"
+#include "common/syscall.h"
+#include "runtime/jail/contain.h"
+
+extern char** environ;
+
+namespace airlock::jail {
+namespace {
+
+namespace fs = std::filesystem;
+using runtime::SandboxInfo;
+using runtime::SandboxSpec;
+
+class JailSandbox : public runtime::Sandbox {
+ public:
+  JailSandbox(SandboxInfo info, UniqueFd channel)
+      : info_(std::move(info)), channel_(std::move(channel)) {}
+  const SandboxInfo& info() const override { return info_; }
+  UniqueFd TakeAgentChannel() override { return std::move(channel_); }
+
+ private:
+  SandboxInfo info_;
+  UniqueFd channel_;
+};
+
+Status MakeDir(const std::string& path, mode_t mode) {
+  if (::mkdir(path.c_str(), mode) < 0 && errno != EEXIST) return FailErrno("mkdir " + path, errno);
+  if (::chmod(path.c_str(), mode) < 0) return FailErrno("chmod " + path, errno);
+  return {};
+}
+
+// An fd number above the ones posix_spawn will dup onto, so that no dup2 is onto itself.
+Result<UniqueFd> HighDup(int fd) {
+  int high = ::fcntl(fd, F_DUPFD_CLOEXEC, 10);
+  if (high < 0) return FailErrno("fcntl(F_DUPFD_CLOEXEC)", errno);
+  return UniqueFd(high);
+}
+
+// Reads one line (up to 512 bytes) from `fd`, waiting at most `timeout`.
+Result<std::string> ReadLine(int fd, std::chrono::milliseconds timeout) {
+  std::string line;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (line.find('\n') == std::string::npos && line.size() < 512) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd p{fd, POLLIN, 0};
+    int r = RetryEintr(
+        [&] { return ::poll(&p, 1, static_cast<int>(std::max<int64_t>(0, left.count()))); });
+    if (r < 0) return FailErrno("poll", errno);
+    if (r == 0)
+      return Fail(ErrorCode::kDeadlineExceeded, "the jail launcher did not report in time");
+    char buf[128];
+    ssize_t n = RetryEintr([&] { return ::read(fd, buf, sizeof buf); });
+    if (n < 0) return FailErrno("reading the jail launcher's report", errno);
+    if (n == 0) break;
+    line.append(buf, static_cast<size_t>(n));
+  }
+  return line;
+}
+
+// Waits (bounded) for a child of ours to be gone; a pid that is not our child is not waited for.
+void Reap(pid_t pid, std::chrono::milliseconds timeout) {
+  if (pid <= 0) return;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    pid_t r = ::waitpid(pid, nullptr, WNOHANG);
+    if (r == pid || (r < 0 && errno == ECHILD)) return;
+    if (std::chrono::steady_clock::now() >= deadline) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<JailRuntime>> JailRuntime::Open(JailOptions options) {
+  if (::geteuid() != 0) {
+    return Fail(ErrorCode::kFailedPrecondition, "the jail engine needs root (it maps uid ranges)");
+  }
+  for (const auto* path : {&options.launcher_path, &options.agent_path}) {
+    if (::access(path->c_str(), X_OK) != 0) return FailErrno("jail engine: " + *path, errno);
+  }
+  auto layout = CgroupLayout::Detect(options.cgroup_root);
+  if (!layout) return std::unexpected(layout.error().Wrap("jail engine: cgroups"));
+  std::unique_ptr<JailRuntime> rt(new JailRuntime(std::move(options), std::move(*layout)));
+  // Sandbox roots own nothing on the host, so every directory on the way to their mount points
+  // must be searchable by anyone (but need not be listable).
+  if (auto st = MakeDir(rt->options_.state_dir, 0711); !st) return std::unexpected(st.error());
+  for (const char* sub : {"/jail", "/templates"}) {
+    if (auto st = MakeDir(rt->options_.state_dir + sub, 0711); !st) {
+      return std::unexpected(st.error());
+    }
+  }
+  if (auto st = rt->PrepareBaseTemplate(); !st) return std::unexpected(st.error());
+  return rt;
+}
+
+JailRuntime::~JailRuntime() {
+  // rmdir fails (EBUSY, ENOTEMPTY) while any sandbox cgroup is left, which is what we want.
+  if (!layout_.v2_parent.empty()) ::rmdir(layout_.v2_parent.c_str());
+  for (const auto& [controller, dir] : layout_.v1_parents) ::rmdir(dir.c_str());
+}
+
+std::string JailRuntime::SandboxDir(const std::string& id) const {
+  return options_.state_dir + "/jail/" + id;
+}
+
+std::string JailRuntime::TemplateDir(const std::string& name) const {
+  return options_.state_dir + "/templates/" + name;
+}
+
+// The base template's layer: empty mount points, and /bin, /lib, ... as the host has them
+// (symlinks into /usr on a merged-/usr host; otherwise bound read-only at create).
+Status JailRuntime::PrepareBaseTemplate() {
+  std::string dir = TemplateDir("base");
+  if (auto st = MakeDir(dir, 0755); !st) return st;
+  for (const char* sub : {"usr", "proc", "dev", "tmp", "sys", "run"}) {
+    if (auto st = MakeDir(dir + "/" + sub, 0755); !st) return st;
+  }
+  ro_binds_.clear();
+  for (const char* top : {"bin", "sbin", "lib", "lib32", "lib64", "libx32"}) {
+    std::string host = std::string("/") + top, inside = dir + "/" + top;
+    struct stat st;
+    if (::lstat(host.c_str(), &st) < 0) continue;
+    if (S_ISLNK(st.st_mode)) {
+      char target[256];
+      ssize_t n = ::readlink(host.c_str(), target, sizeof target - 1);
+      if (n <= 0) return FailErrno("readlink " + host, errno);
+      std::error_code ec;
+      fs::remove(inside, ec);
+      if (::symlink(std::string(target, static_cast<size_t>(n)).c_str(), inside.c_str()) < 0) {
+        return FailErrno("symlink " + inside, errno);
+      }
+    } else if (S_ISDIR(st.st_mode)) {
+      if (auto made = MakeDir(inside, 0755); !made) return made;
+      ro_binds_.push_back(host);
+    }
+  }
+  return {};
+}
+
+Result<std::unique_ptr<runtime::Sandbox>> JailRuntime::Create(const SandboxSpec& spec) {
+  if (auto st = ValidateSandboxId(spec.id); !st) return std::unexpected(st.error());
+  if (spec.template_name != "base") {
+    return Fail(ErrorCode::kNotFound, "template '" + spec.template_name + "' does not exist");
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (live_.contains(spec.id)) {
+      return Fail(ErrorCode::kAlreadyExists, "sandbox " + spec.id + " exists");
+    }
+  }
+  std::string dir = SandboxDir(spec.id);
+  if (::access(dir.c_str(), F_OK) == 0) {
+    return Fail(ErrorCode::kAlreadyExists, "sandbox " + spec.id + " left " + dir + " behind");
+  }
+  auto uid_base = uids_.Acquire();
+  if (!uid_base) return std::unexpected(uid_base.error());
+
+  // From here on, a failure undoes everything through TearDown.
+  SandboxCgroup cgroup = SandboxCgroup::Open(layout_, spec.id);
+  pid_t init_pid = 0;
+  auto fail = [&](Error e) -> std::unexpected<Error> {
+    (void)TearDown(spec.id, init_pid, *uid_base, cgroup);
+    return std::unexpected(std::move(e).Wrap("creating " + spec.id));
+  };
+  for (const std::string& d : {dir, dir + "/disk", dir + "/rootfs"}) {
+    if (auto st = MakeDir(d, 0755); !st) return fail(st.error());
+  }
+  if (auto st = WriteAll(OpenFile(dir + "/uid_base", O_WRONLY | O_CREAT | O_TRUNC, 0600)
+                             .value_or(UniqueFd())
+                             .get(),
+                         std::to_string(*uid_base));
+      !st) {
+    return fail(st.error().Wrap("recording the uid range"));
+  }
+  CgroupLimits limits{spec.limits.cpus, spec.limits.memory_mb << 20, spec.limits.pids_max};
+  auto made = SandboxCgroup::Create(layout_, spec.id, limits);
+  if (!made) return fail(made.error());
+  cgroup = std::move(*made);
+
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+    return fail(ErrnoError("socketpair", errno));
+  }
+  UniqueFd ours(sv[0]), theirs_low(sv[1]);
+  UniqueFd report_fds[2];
+  if (auto st = MakePipe(report_fds); !st) return fail(st.error());
+  auto theirs = HighDup(theirs_low.get());
+  auto report_w = HighDup(report_fds[1].get());
+  if (!theirs || !report_w) return fail(Error(ErrorCode::kInternal, "dup failed"));
+  theirs_low.Reset();
+  report_fds[1].Reset();
+
+  std::vector<std::string> args = {options_.launcher_path,
+                                   "--id",
+                                   spec.id,
+                                   "--sandbox-dir",
+                                   dir,
+                                   "--template-dir",
+                                   TemplateDir(spec.template_name),
+                                   "--uid-base",
+                                   std::to_string(*uid_base),
+                                   "--agent",
+                                   options_.agent_path,
+                                   "--channel-fd",
+                                   "3",
+                                   "--report-fd",
+                                   "4",
+                                   "--disk-mb",
+                                   std::to_string(spec.limits.disk_mb),
+                                   "--tmp-mb",
+                                   std::to_string(spec.limits.tmp_mb),
+                                   "--nofile",
+                                   std::to_string(spec.limits.nofile)};
+  for (const auto& d : cgroup.dirs())
+    args.insert(args.end(), {"--cgroup-procs", d + "/cgroup.procs"});
+  for (const auto& b : ro_binds_) args.insert(args.end(), {"--ro-bind", b});
+  args.insert(args.end(), {"--", "--fd", "3", "--root", "/", "--user", spec.user, "--drop-caps",
+                           "--log-level", "warn"});
+  for (const auto& kv : spec.env) args.insert(args.end(), {"--env", kv});
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, theirs->get(), 3);
+  posix_spawn_file_actions_adddup2(&actions, report_w->get(), 4);
+  pid_t launcher = 0;
+  int err = ::posix_spawn(&launcher, options_.launcher_path.c_str(), &actions, nullptr, argv.data(),
+                          environ);
+  posix_spawn_file_actions_destroy(&actions);
+  theirs->Reset();
+  report_w->Reset();
+  if (err != 0) return fail(ErrnoError("starting " + options_.launcher_path, err));
+
+  auto line = ReadLine(report_fds[0].get(), std::chrono::seconds(30));
+  int status = 0;
+  if (!line) ::kill(launcher, SIGKILL);
+  RetryEintr([&] { return ::waitpid(launcher, &status, 0); });
+  if (!line) return fail(line.error());
+  auto report = ParseReport(*line);
+  if (!report) return fail(report.error());
+  init_pid = report->pid;
+  if (!report->failed_step.empty()) {
+    return fail(ErrnoError("jail setup step '" + report->failed_step + "' failed", report->err));
+  }
+
+  SandboxInfo info;
+  info.id = spec.id;
+  info.engine = "jail";
+  info.init_pid = init_pid;
+  info.resources["uid_base"] = std::to_string(*uid_base);
+  info.resources["dir"] = dir;
+  for (size_t i = 0; i < cgroup.dirs().size(); ++i) {
+    info.resources["cgroup" + std::to_string(i)] = cgroup.dirs()[i];
+  }
+  {
+    std::lock_guard lock(mu_);
+    live_.emplace(spec.id, Live{init_pid, *uid_base, cgroup});
+  }
+  return std::make_unique<JailSandbox>(std::move(info), std::move(ours));
+}
+
+Status JailRuntime::TearDown(const std::string& id, pid_t init_pid, std::optional<uid_t> uid_base,
+                             const SandboxCgroup& cgroup) {
+  // Killing the cgroup kills every process of the sandbox; its mounts, which live only in its
+  // mount namespace, go with the last of them.
+  Status killed = cgroup.Destroy();
+  if (init_pid > 0) {
+    if (!killed) ::kill(init_pid, SIGKILL);  // PID 1's death ends the whole pid namespace
+    Reap(init_pid, std::chrono::seconds(5));
+  }
+  std::error_code ec;
+  fs::remove_all(SandboxDir(id), ec);
+  if (uid_base) uids_.Release(*uid_base);
+  if (!killed) return std::unexpected(killed.error().Wrap("destroying " + id));
+  if (ec) return Fail(ErrorCode::kInternal, "removing " + SandboxDir(id) + ": " + ec.message());
+  return {};
+}
+
+Status JailRuntime::Destroy(const std::string& id) {
+  if (auto st = ValidateSandboxId(id); !st) return st;
+  std::optional<Live> live;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = live_.find(id); it != live_.end()) {
+      live = std::move(it->second);
+      live_.erase(it);
+    }
+  }
+  if (live) return TearDown(id, live->init_pid, live->uid_base, live->cgroup);
+  // Not one of ours (yet): what a crash may have left behind, found by name.
+  std::optional<uid_t> uid_base;
+  if (auto text = ReadFileToString(SandboxDir(id) + "/uid_base", 64)) {
+    uid_base = static_cast<uid_t>(std::strtoul(text->c_str(), nullptr, 10));
+    uids_.MarkUsed(*uid_base);
+  }
+  return TearDown(id, 0, uid_base, SandboxCgroup::Open(layout_, id));
+}
+
+Status JailRuntime::Pause(const std::string& id) {
+  std::lock_guard lock(mu_);
+  auto it = live_.find(id);
+  if (it == live_.end()) return Fail(ErrorCode::kNotFound, "sandbox " + id + " does not exist");
+  if (auto st = it->second.cgroup.Freeze(); !st) return st;
+  it->second.paused = true;
+  return {};
+}
+
+Status JailRuntime::Resume(const std::string& id) {
+  std::lock_guard lock(mu_);
+  auto it = live_.find(id);
+  if (it == live_.end()) return Fail(ErrorCode::kNotFound, "sandbox " + id + " does not exist");
+  if (auto st = it->second.cgroup.Thaw(); !st) return st;
+  it->second.paused = false;
+  return {};
+}
+
+Status JailRuntime::Checkpoint(const std::string&, const std::string&) {
+  return Fail(ErrorCode::kUnimplemented,
+              "the jail engine cannot checkpoint a sandbox (use the gvisor engine)");
+}
+
+Result<std::unique_ptr<runtime::Sandbox>> JailRuntime::Restore(const SandboxSpec&,
+                                                               const std::string&) {
+  return Fail(ErrorCode::kUnimplemented,
+              "the jail engine cannot restore a sandbox (use the gvisor engine)");
+}
+
+}  // namespace airlock::jail

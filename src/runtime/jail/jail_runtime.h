@@ -1,0 +1,75 @@
+#pragma once
+// The jail engine: Linux namespaces, an overlay root, seccomp, cgroups and a uid range of its
+// own per sandbox (docs/design/jail.md). Create runs airlock-jail, the single-threaded launcher,
+// so that the (multithreaded) caller never clones a sandbox itself.
+
+#include <sys/types.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "runtime/jail/cgroups.h"
+#include "runtime/jail/uid_allocator.h"
+#include "runtime/runtime.h"
+
+namespace airlock::jail {
+
+struct JailOptions {
+  std::string state_dir;      // holds jail/<id>/ per sandbox and templates/base/
+  std::string launcher_path;  // airlock-jail
+  std::string agent_path;     // airlock-agent (static)
+  uid_t uid_first = 1u << 30;
+  uint32_t uid_slots = 16384;
+  std::string cgroup_root = "/sys/fs/cgroup";
+};
+
+class JailRuntime : public runtime::Runtime {
+ public:
+  // Detects the cgroup layout and prepares the base template. Needs root.
+  [[nodiscard]] static Result<std::unique_ptr<JailRuntime>> Open(JailOptions options);
+  // Leaves live sandboxes alone (they can be destroyed by id later); removes the cgroup parent
+  // directories if no sandbox is left in them.
+  ~JailRuntime() override;
+
+  std::string_view name() const override { return "jail"; }
+  Result<std::unique_ptr<runtime::Sandbox>> Create(const runtime::SandboxSpec& spec) override;
+  Status Destroy(const std::string& id) override;
+  Status Pause(const std::string& id) override;
+  Status Resume(const std::string& id) override;
+  Status Checkpoint(const std::string& id, const std::string& dir) override;
+  Result<std::unique_ptr<runtime::Sandbox>> Restore(const runtime::SandboxSpec& spec,
+                                                    const std::string& dir) override;
+
+  const CgroupLayout& cgroup_layout() const { return layout_; }
+  std::string SandboxDir(const std::string& id) const;
+  std::string TemplateDir(const std::string& name) const;
+
+ private:
+  struct Live {
+    pid_t init_pid;
+    uid_t uid_base;
+    SandboxCgroup cgroup;
+    bool paused = false;
+  };
+
+  JailRuntime(JailOptions options, CgroupLayout layout)
+      : options_(std::move(options)),
+        layout_(std::move(layout)),
+        uids_(options_.uid_first, options_.uid_slots) {}
+  Status PrepareBaseTemplate();
+  // Undoes a create or destroys a sandbox: kills, reaps, removes, releases. Never fails on
+  // what is already gone.
+  Status TearDown(const std::string& id, pid_t init_pid, std::optional<uid_t> uid_base,
+                  const SandboxCgroup& cgroup);
+
+  JailOptions options_;
+  CgroupLayout layout_;
+  UidAllocator uids_;
+  std::vector<std::string> ro_binds_;  // host top-level dirs that are not symlinks into /usr
+  std::mutex mu_;
+  std::map<std::string, Live> live_;
+};
+
+}  // namespace airlock::jail

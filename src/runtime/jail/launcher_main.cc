@@ -1,0 +1,129 @@
+// airlock-jail: the single-threaded launcher that makes one jail sandbox. The daemon (which is
+// multithreaded and never clones sandboxes itself) starts it per sandbox; it clones the sandbox
+// process into new namespaces, maps its ids, and reports one line on --report-fd:
+// "ok <pid>" or "error <step> <errno>" (see contain.h).
+//
+//   airlock-jail --id ID --sandbox-dir DIR --template-dir DIR --uid-base N --agent PATH
+//                --channel-fd N --report-fd N [--disk-mb N] [--tmp-mb N] [--nofile N]
+//                [--cgroup-procs FILE]... [--ro-bind DIR]... [-- AGENT-ARGS...]
+
+#include <getopt.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <cstdio>
+#include <string>
+
+#include "common/ids.h"
+#include "common/syscall.h"
+#include "runtime/jail/contain.h"
+
+namespace {
+
+[[noreturn]] void Usage(const std::string& why) {
+  std::fprintf(stderr, "airlock-jail: %s (see the comment at the top of launcher_main.cc)\n",
+               why.c_str());
+  std::exit(2);
+}
+
+uint64_t Number(const char* flag, const char* s) {
+  std::string_view v(s);
+  uint64_t n = 0;
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (ec != std::errc() || end != v.data() + v.size()) Usage(std::string(flag) + " takes a number");
+  return n;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // A sandbox that fails a step closes its end of the sync pipe: that is a report, not a death.
+  ::signal(SIGPIPE, SIG_IGN);
+  airlock::jail::JailConfig c;
+  int report_fd = -1;
+  enum {
+    kId = 1,
+    kDir,
+    kTemplate,
+    kUid,
+    kAgent,
+    kChannel,
+    kReport,
+    kDisk,
+    kTmp,
+    kNofile,
+    kCg,
+    kBind
+  };
+  static const option kLong[] = {{"id", required_argument, nullptr, kId},
+                                 {"sandbox-dir", required_argument, nullptr, kDir},
+                                 {"template-dir", required_argument, nullptr, kTemplate},
+                                 {"uid-base", required_argument, nullptr, kUid},
+                                 {"agent", required_argument, nullptr, kAgent},
+                                 {"channel-fd", required_argument, nullptr, kChannel},
+                                 {"report-fd", required_argument, nullptr, kReport},
+                                 {"disk-mb", required_argument, nullptr, kDisk},
+                                 {"tmp-mb", required_argument, nullptr, kTmp},
+                                 {"nofile", required_argument, nullptr, kNofile},
+                                 {"cgroup-procs", required_argument, nullptr, kCg},
+                                 {"ro-bind", required_argument, nullptr, kBind},
+                                 {nullptr, 0, nullptr, 0}};
+  int opt;
+  while ((opt = getopt_long(argc, argv, "", kLong, nullptr)) != -1) {
+    switch (opt) {
+      case kId:
+        c.id = optarg;
+        break;
+      case kDir:
+        c.sandbox_dir = optarg;
+        break;
+      case kTemplate:
+        c.template_dir = optarg;
+        break;
+      case kUid:
+        c.uid_base = static_cast<uid_t>(Number("--uid-base", optarg));
+        break;
+      case kAgent:
+        c.agent_path = optarg;
+        break;
+      case kChannel:
+        c.channel_fd = static_cast<int>(Number("--channel-fd", optarg));
+        break;
+      case kReport:
+        report_fd = static_cast<int>(Number("--report-fd", optarg));
+        break;
+      case kDisk:
+        c.disk_mb = Number("--disk-mb", optarg);
+        break;
+      case kTmp:
+        c.tmp_mb = Number("--tmp-mb", optarg);
+        break;
+      case kNofile:
+        c.nofile = Number("--nofile", optarg);
+        break;
+      case kCg:
+        c.cgroup_procs.emplace_back(optarg);
+        break;
+      case kBind:
+        if (optarg[0] != '/') Usage("--ro-bind takes an absolute path");
+        c.ro_binds.emplace_back(optarg);
+        break;
+      default:
+        Usage("unknown option");
+    }
+  }
+  for (int i = optind; i < argc; ++i) c.agent_args.emplace_back(argv[i]);
+  if (!airlock::ValidateSandboxId(c.id)) Usage("--id must be a valid sandbox id");
+  if (c.id.size() > 64) Usage("--id is too long for a hostname");
+  if (c.sandbox_dir.empty() || c.template_dir.empty() || c.agent_path.empty()) {
+    Usage("--sandbox-dir, --template-dir and --agent are required");
+  }
+  if (c.uid_base == 0) Usage("--uid-base must not be 0: root inside must not be root outside");
+  if (c.channel_fd < 0 || report_fd < 0) Usage("--channel-fd and --report-fd are required");
+
+  auto report = airlock::jail::Launch(c);
+  std::string line = airlock::jail::FormatReport(report);
+  (void)airlock::WriteAll(report_fd, line);
+  return report.failed_step.empty() ? 0 : 1;
+}

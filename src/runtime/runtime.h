@@ -1,0 +1,76 @@
+#pragma once
+// The engine interface: every isolation engine (jail, gVisor, microVM) sits behind it, and the
+// daemon never includes an engine's internals. An engine that cannot do an operation returns
+// ErrorCode::kUnimplemented with its name in the message (the API answers 501).
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/unique_fd.h"
+
+namespace airlock::runtime {
+
+struct Limits {
+  double cpus = 1.0;         // CPU quota in cores (fractions allowed)
+  uint64_t memory_mb = 512;  // memory cap; no swap
+  uint64_t pids_max = 256;   // processes and threads
+  uint64_t disk_mb = 1024;   // the sandbox's writable layer
+  uint64_t tmp_mb = 256;     // /tmp
+  uint64_t nofile = 4096;    // RLIMIT_NOFILE
+};
+
+// What a sandbox is made of. Validated once at the API edge; engines may assume it is valid.
+struct SandboxSpec {
+  std::string id;  // ValidateSandboxId holds
+  std::string template_name = "base";
+  Limits limits;
+  std::vector<std::string> env;  // KEY=VALUE for every command
+  std::string user = "user";     // who commands run as by default
+};
+
+enum class SandboxState { kRunning, kPaused, kStopped };
+
+// A live sandbox as an engine reports it.
+struct SandboxInfo {
+  std::string id;
+  std::string engine;
+  SandboxState state = SandboxState::kRunning;
+  pid_t init_pid = 0;                            // the agent, PID 1 inside (host pid)
+  std::map<std::string, std::string> resources;  // what it holds: "cgroup:/sys/...", "uids:..."
+};
+
+class Sandbox {
+ public:
+  virtual ~Sandbox() = default;
+  virtual const SandboxInfo& info() const = 0;
+  // The connected channel to the sandbox's agent; taken once (the caller owns it after).
+  virtual UniqueFd TakeAgentChannel() = 0;
+};
+
+class Runtime {
+ public:
+  virtual ~Runtime() = default;
+  virtual std::string_view name() const = 0;
+
+  // Creates and starts a sandbox; on return its agent is running and the channel is connected.
+  // On failure nothing it made is left behind.
+  [[nodiscard]] virtual Result<std::unique_ptr<Sandbox>> Create(const SandboxSpec& spec) = 0;
+  // Kills everything in the sandbox and releases everything it held. Idempotent: destroying a
+  // sandbox that is already gone (or half made, after a crash) succeeds.
+  [[nodiscard]] virtual Status Destroy(const std::string& id) = 0;
+  [[nodiscard]] virtual Status Pause(const std::string& id) = 0;
+  [[nodiscard]] virtual Status Resume(const std::string& id) = 0;
+  // Saves (and stops) a sandbox with its memory to `dir`; Restore starts it again from there.
+  [[nodiscard]] virtual Status Checkpoint(const std::string& id, const std::string& dir) = 0;
+  [[nodiscard]] virtual Result<std::unique_ptr<Sandbox>> Restore(const SandboxSpec& spec,
+                                                                 const std::string& dir) = 0;
+};
+
+}  // namespace airlock::runtime

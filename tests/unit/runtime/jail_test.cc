@@ -1,0 +1,388 @@
+// The jail engine, end to end: real sandboxes (root only; skipped with the reason otherwise),
+// driven through their agents as the daemon will drive them, and checked from the host.
+// Every sandbox a test makes is destroyed by a guard, whatever the test's outcome.
+
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <linux/capability.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/ids.h"
+#include "common/syscall.h"
+#include "protocol/client.h"
+#include "runtime/jail/jail_runtime.h"
+
+namespace airlock::jail {
+namespace {
+
+namespace fs = std::filesystem;
+namespace p = airlock::protocol;
+using namespace std::chrono_literals;
+
+std::string Slurp(const std::string& path) {
+  return ReadFileToString(path, 1 << 20).value_or("<unreadable>");
+}
+
+// The value of "Key:" in /proc/<pid>/status.
+std::string StatusField(pid_t pid, const std::string& key) {
+  std::istringstream in(Slurp("/proc/" + std::to_string(pid) + "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.starts_with(key + ":")) {
+      std::string v = line.substr(key.size() + 1);
+      v.erase(0, v.find_first_not_of(" \t"));
+      return v;
+    }
+  }
+  return "<missing>";
+}
+
+std::vector<std::string> ListDir(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) out.push_back(e.path().filename());
+  return out;
+}
+
+size_t CountMountsMentioning(const std::string& text) {
+  std::istringstream in(Slurp("/proc/self/mountinfo"));
+  std::string line;
+  size_t n = 0;
+  while (std::getline(in, line)) n += line.find(text) != std::string::npos;
+  return n;
+}
+
+class JailTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (::geteuid() != 0) return;
+    char tmpl[] = "/tmp/airlock-jail-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    state_dir_ = new std::string(tmpl);
+    JailOptions options;
+    options.state_dir = *state_dir_;
+    options.launcher_path = AIRLOCK_JAIL_LAUNCHER_PATH;
+    options.agent_path = AIRLOCK_AGENT_PATH;
+    auto rt = JailRuntime::Open(options);
+    if (!rt) {
+      open_error_ = new std::string(rt.error().message());
+      return;
+    }
+    runtime_ = rt->release();
+  }
+  static void TearDownTestSuite() {
+    delete runtime_;
+    runtime_ = nullptr;
+    if (state_dir_) {
+      std::error_code ec;
+      fs::remove_all(*state_dir_, ec);
+      delete state_dir_;
+      state_dir_ = nullptr;
+    }
+  }
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "the jail engine needs root";
+    if (!runtime_) GTEST_SKIP() << "the jail engine is not usable here: " << *open_error_;
+  }
+  void TearDown() override {
+    for (const auto& id : made_) {
+      if (auto st = runtime_->Destroy(id); !st) ADD_FAILURE() << st.error().message();
+    }
+  }
+
+  struct Box {
+    std::string id;
+    pid_t init_pid = 0;
+    std::optional<p::BlockingClient> client;
+  };
+
+  // A sandbox with a connected agent; destroyed when the test ends.
+  Box Make(runtime::Limits limits = {}) {
+    runtime::SandboxSpec spec;
+    spec.id = NewSandboxId();
+    spec.limits = limits;
+    auto sbx = runtime_->Create(spec);
+    EXPECT_TRUE(sbx) << (sbx ? "" : sbx.error().message());
+    Box box{spec.id};
+    if (!sbx) return box;
+    made_.push_back(spec.id);
+    box.init_pid = (*sbx)->info().init_pid;
+    auto client = p::BlockingClient::Connect((*sbx)->TakeAgentChannel());
+    EXPECT_TRUE(client) << (client ? "" : client.error().message());
+    if (client) box.client.emplace(std::move(*client));
+    return box;
+  }
+
+  void Destroy(const std::string& id) {
+    ASSERT_TRUE(runtime_->Destroy(id));
+    std::erase(made_, id);
+  }
+
+  static p::ExecResult Run(Box& box, const std::string& shell, const std::string& user = "") {
+    p::Exec e;
+    e.shell = shell;
+    e.user = user;
+    e.timeout_ms = 30000;
+    if (!box.client) {
+      ADD_FAILURE() << "no agent";
+      return {};
+    }
+    auto r = box.client->Exec(e);
+    EXPECT_TRUE(r) << (r ? "" : r.error().message());
+    return r ? std::move(*r) : p::ExecResult{};
+  }
+
+  SandboxCgroup CgroupOf(const std::string& id) {
+    return SandboxCgroup::Open(runtime_->cgroup_layout(), id);
+  }
+
+  static inline JailRuntime* runtime_ = nullptr;
+  static inline std::string* state_dir_ = nullptr;
+  static inline std::string* open_error_ = nullptr;
+  std::vector<std::string> made_;
+};
+
+TEST_F(JailTest, CommandRunsAsItsUserInAWorldOfItsOwn) {
+  Box box = Make();
+  auto r = Run(box, "id -u; id -g; hostname; echo $HOME; pwd; ls /");
+  EXPECT_EQ(r.exit.exit_code, 0) << r.stderr_data;
+  std::istringstream out(r.stdout_data);
+  std::string uid, gid, host, home, cwd;
+  out >> uid >> gid >> host >> home >> cwd;
+  EXPECT_EQ(uid, "1000");
+  EXPECT_EQ(gid, "1000");
+  EXPECT_EQ(host, box.id);
+  EXPECT_EQ(home, "/home/user");
+  EXPECT_EQ(cwd, "/home/user");
+  auto root = Run(box, "id -u; touch /root/x && echo wrote", "root");
+  EXPECT_EQ(root.stdout_data, "0\nwrote\n") << root.stderr_data;
+}
+
+TEST_F(JailTest, PostureFromTheHost) {
+  Box box = Make();
+  ASSERT_GT(box.init_pid, 0);
+  // The agent: seccomp, no new privileges, only its few namespaced capabilities.
+  EXPECT_EQ(StatusField(box.init_pid, "Seccomp"), "2");
+  EXPECT_EQ(StatusField(box.init_pid, "NoNewPrivs"), "1");
+  EXPECT_EQ(StatusField(box.init_pid, "CapAmb"), "0000000000000000");
+  EXPECT_EQ(StatusField(box.init_pid, "CapInh"), "0000000000000000");
+  uint64_t agent_caps = (1ull << CAP_CHOWN) | (1ull << CAP_DAC_OVERRIDE) | (1ull << CAP_FOWNER) |
+                        (1ull << CAP_KILL) | (1ull << CAP_SETGID) | (1ull << CAP_SETUID) |
+                        (1ull << CAP_SETPCAP);
+  char expect[17];
+  std::snprintf(expect, sizeof expect, "%016llx", static_cast<unsigned long long>(agent_caps));
+  EXPECT_EQ(StatusField(box.init_pid, "CapBnd"), expect);
+  EXPECT_EQ(StatusField(box.init_pid, "CapEff"), expect);
+
+  // Its ids map to a range of its own, never to host root.
+  std::istringstream map(Slurp("/proc/" + std::to_string(box.init_pid) + "/uid_map"));
+  uint64_t inside = 1, outside = 0, count = 0;
+  map >> inside >> outside >> count;
+  EXPECT_EQ(inside, 0u);
+  EXPECT_GE(outside, 1u << 30);
+  EXPECT_EQ(count, 65536u);
+
+  // Every namespace differs from ours.
+  for (const char* ns : {"user", "pid", "mnt", "uts", "ipc", "net", "cgroup"}) {
+    char mine[64] = {}, theirs[64] = {};
+    ::readlink((std::string("/proc/self/ns/") + ns).c_str(), mine, sizeof mine - 1);
+    ::readlink(("/proc/" + std::to_string(box.init_pid) + "/ns/" + ns).c_str(), theirs,
+               sizeof theirs - 1);
+    EXPECT_STRNE(mine, theirs) << ns;
+  }
+
+  // A command, as user and as root: nothing at all, and only stdio open.
+  for (const char* user : {"", "root"}) {
+    p::Exec e;
+    e.argv = {"sleep", "30"};
+    e.user = user;
+    auto stream = box.client->StartExec(e);
+    ASSERT_TRUE(stream);
+    auto started = box.client->Receive();
+    ASSERT_TRUE(started);
+    auto procs = CgroupOf(box.id).Processes();
+    ASSERT_TRUE(procs);
+    pid_t sleeper = 0;
+    for (pid_t pid : *procs) {
+      if (Slurp("/proc/" + std::to_string(pid) + "/comm") == "sleep\n") sleeper = pid;
+    }
+    ASSERT_GT(sleeper, 0) << "the command is not in the sandbox's cgroup";
+    for (const char* set : {"CapEff", "CapPrm", "CapBnd", "CapAmb", "CapInh"}) {
+      EXPECT_EQ(StatusField(sleeper, set), "0000000000000000") << set << " as '" << user << "'";
+    }
+    EXPECT_EQ(StatusField(sleeper, "Seccomp"), "2");
+    EXPECT_EQ(StatusField(sleeper, "NoNewPrivs"), "1");
+    auto fds = ListDir("/proc/" + std::to_string(sleeper) + "/fd");
+    EXPECT_EQ(std::set<std::string>(fds.begin(), fds.end()),
+              (std::set<std::string>{"0", "1", "2"}));
+    ASSERT_TRUE(box.client->Send(*stream, p::Signal{SIGKILL}));
+    auto done = box.client->WaitAll({*stream});
+    ASSERT_TRUE(done);
+  }
+}
+
+TEST_F(JailTest, HostFilesAndProcessesAreOutOfReach) {
+  std::string canary = "/tmp/airlock-canary-" + NewSandboxId();
+  { std::ofstream(canary) << "host secret"; }
+  Box box = Make();
+  auto r = Run(box, "cat /etc/shadow " + canary +
+                        "; ls /proc | grep -c '^[0-9]'; touch /usr/x;"
+                        " echo h > /proc/sys/kernel/hostname; echo end");
+  EXPECT_EQ(r.stdout_data.find("host secret"), std::string::npos);
+  EXPECT_NE(r.stderr_data.find("/etc/shadow: No such file"), std::string::npos) << r.stderr_data;
+  EXPECT_NE(r.stderr_data.find(canary + ": No such file"), std::string::npos) << r.stderr_data;
+  EXPECT_NE(r.stderr_data.find("'/usr/x': Read-only file system"), std::string::npos)
+      << r.stderr_data;
+  EXPECT_NE(r.stderr_data.find("/proc/sys/kernel/hostname: Read-only file system"),
+            std::string::npos)
+      << r.stderr_data;
+  EXPECT_LE(std::atoi(r.stdout_data.c_str()), 4) << "it sees processes that are not its own";
+  EXPECT_EQ(Slurp(canary), "host secret");
+  fs::remove(canary);
+  // What /proc must not show reads as empty (for those this kernel has at all).
+  for (const char* f : {"kcore", "keys", "key-users", "timer_list", "sched_debug", "kallsyms"}) {
+    if (!fs::exists(std::string("/proc/") + f)) continue;
+    auto masked = Run(box, std::string("wc -c < /proc/") + f, "root");
+    EXPECT_EQ(masked.stdout_data, "0\n") << f << ": " << masked.stderr_data;
+  }
+  // Its own home is writable.
+  auto w = Run(box, "echo hi > /home/user/f && cat /home/user/f");
+  EXPECT_EQ(w.stdout_data, "hi\n") << w.stderr_data;
+}
+
+TEST_F(JailTest, NestedNamespacesAndMountsAreRefused) {
+  Box box = Make();
+  auto r = Run(box, "unshare -U true; echo u=$?; unshare -m true; echo m=$?", "root");
+  EXPECT_NE(r.stdout_data.find("u=1"), std::string::npos) << r.stdout_data << r.stderr_data;
+  EXPECT_NE(r.stdout_data.find("m=1"), std::string::npos) << r.stdout_data << r.stderr_data;
+  auto m = Run(box, "mount -t tmpfs none /mnt 2>&1; echo rc=$?", "root");
+  EXPECT_EQ(m.stdout_data.find("rc=0"), std::string::npos) << m.stdout_data;
+}
+
+TEST_F(JailTest, MemoryLimitKillsOnlyInsideThatSandbox) {
+  runtime::Limits small;
+  small.memory_mb = 64;
+  Box box = Make(small);
+  Box neighbour = Make();
+  auto before = CgroupOf(box.id).OomKills();
+  ASSERT_TRUE(before);
+  // The shell holds 200 MB of output in a variable.
+  auto r = Run(box, "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo ${#x}");
+  EXPECT_EQ(r.exit.term_signal, SIGKILL) << r.stdout_data << r.stderr_data;
+  auto after = CgroupOf(box.id).OomKills();
+  ASSERT_TRUE(after);
+  EXPECT_GT(*after, *before);
+  EXPECT_EQ(Run(box, "echo alive").stdout_data, "alive\n");
+  EXPECT_EQ(Run(neighbour, "echo fine").stdout_data, "fine\n");
+}
+
+TEST_F(JailTest, PidsLimitStopsAForkBomb) {
+  runtime::Limits small;
+  small.pids_max = 16;
+  Box box = Make(small);
+  auto r = Run(box, "for i in $(seq 1 40); do sleep 3 & done; echo launched");
+  EXPECT_NE(r.stderr_data.find("fork"), std::string::npos) << "no fork failed: " << r.stderr_data;
+  // Counted from the host while the sleeps still run.
+  auto procs = CgroupOf(box.id).Processes();
+  ASSERT_TRUE(procs);
+  EXPECT_GT(procs->size(), 8u);
+  EXPECT_LE(procs->size(), 16u) << "more processes than pids_max";
+  EXPECT_EQ(Run(box, "echo still").stdout_data.empty(), false);
+}
+
+TEST_F(JailTest, DiskLimitFillsOnlyItsOwnLayer) {
+  runtime::Limits small;
+  small.disk_mb = 16;
+  Box box = Make(small);
+  Box neighbour = Make();
+  auto r = Run(box, "dd if=/dev/zero of=/home/user/fill bs=1M count=64 2>&1; echo rc=$?");
+  EXPECT_NE(r.stdout_data.find("No space left on device"), std::string::npos) << r.stdout_data;
+  EXPECT_EQ(r.stdout_data.find("rc=0"), std::string::npos);
+  auto n = Run(neighbour, "dd if=/dev/zero of=/home/user/f bs=1M count=32 2>/dev/null; echo rc=$?");
+  EXPECT_EQ(n.stdout_data, "rc=0\n");
+}
+
+TEST_F(JailTest, PauseFreezesAndResumeThaws) {
+  Box box = Make();
+  ASSERT_TRUE(runtime_->Pause(box.id));
+  ASSERT_TRUE(box.client->Send(0, p::Ping{7}));
+  auto frozen = box.client->Receive(300ms);
+  EXPECT_FALSE(frozen) << "a paused sandbox answered";
+  ASSERT_TRUE(runtime_->Resume(box.id));
+  auto pong = box.client->Receive(5s);
+  ASSERT_TRUE(pong) << pong.error().message();
+  EXPECT_EQ(std::get<p::Pong>(pong->second).nonce, 7u);
+}
+
+TEST_F(JailTest, CheckpointIsUnimplementedAndSaysSo) {
+  auto st = runtime_->Checkpoint("sbx-x", "/tmp");
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.error().code(), ErrorCode::kUnimplemented);
+  EXPECT_NE(st.error().message().find("jail"), std::string::npos);
+}
+
+TEST_F(JailTest, DestroyLeavesNothingAndIsIdempotent) {
+  auto cgroups_before = ListSandboxCgroups(runtime_->cgroup_layout()).size();
+  Box box = Make();
+  auto r = Run(box, "sleep 100 & sleep 100 & echo started");
+  EXPECT_EQ(r.stdout_data, "started\n");
+  pid_t init = box.init_pid;
+  std::string dir = runtime_->SandboxDir(box.id);
+  ASSERT_TRUE(fs::exists(dir));
+  Destroy(box.id);
+  EXPECT_FALSE(fs::exists(dir));
+  EXPECT_NE(::kill(init, 0), 0) << "the sandbox's PID 1 survived";
+  EXPECT_EQ(ListSandboxCgroups(runtime_->cgroup_layout()).size(), cgroups_before);
+  EXPECT_EQ(CountMountsMentioning(box.id), 0u);
+  EXPECT_TRUE(runtime_->Destroy(box.id)) << "a second destroy must succeed";
+}
+
+TEST_F(JailTest, SetupFailureNamesTheStepAndLeavesNothing) {
+  auto cgroups_before = ListSandboxCgroups(runtime_->cgroup_layout()).size();
+  // A template without its /proc mount point.
+  std::string proc = runtime_->TemplateDir("base") + "/proc";
+  ASSERT_EQ(::rmdir(proc.c_str()), 0);
+  runtime::SandboxSpec spec;
+  spec.id = NewSandboxId();
+  auto sbx = runtime_->Create(spec);
+  ASSERT_EQ(::mkdir(proc.c_str(), 0755), 0);
+  ASSERT_FALSE(sbx);
+  EXPECT_NE(sbx.error().message().find("jail setup step 'mount /proc' failed: ENOENT"),
+            std::string::npos)
+      << sbx.error().message();
+  EXPECT_FALSE(fs::exists(runtime_->SandboxDir(spec.id)));
+  EXPECT_EQ(ListSandboxCgroups(runtime_->cgroup_layout()).size(), cgroups_before);
+}
+
+TEST_F(JailTest, TwoHundredCyclesLeakNothing) {
+  auto fds_before = ListDir("/proc/self/fd").size();
+  auto cgroups_before = ListSandboxCgroups(runtime_->cgroup_layout()).size();
+  auto dirs_before = ListDir(*state_dir_ + "/jail").size();
+  for (int i = 0; i < 200; ++i) {
+    runtime::SandboxSpec spec;
+    spec.id = NewSandboxId();
+    auto sbx = runtime_->Create(spec);
+    ASSERT_TRUE(sbx) << "cycle " << i << ": " << sbx.error().message();
+    made_.push_back(spec.id);
+    auto client = p::BlockingClient::Connect((*sbx)->TakeAgentChannel());
+    ASSERT_TRUE(client) << "cycle " << i << ": " << client.error().message();
+    ASSERT_TRUE(client->Ping(static_cast<uint64_t>(i)));
+    Destroy(spec.id);
+  }
+  EXPECT_EQ(ListDir("/proc/self/fd").size(), fds_before);
+  EXPECT_EQ(ListSandboxCgroups(runtime_->cgroup_layout()).size(), cgroups_before);
+  EXPECT_EQ(ListDir(*state_dir_ + "/jail").size(), dirs_before);
+}
+
+}  // namespace
+}  // namespace airlock::jail
