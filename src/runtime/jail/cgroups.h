@@ -69,6 +69,12 @@ class SandboxCgroup {
   [[nodiscard]] Result<uint64_t> OomKills() const;
   // The directories this sandbox's cgroup consists of.
   const std::vector<std::string>& dirs() const { return dirs_; }
+  // v1: the directory in `controller`'s hierarchy ("" if none); v2: the one directory.
+  std::string Dir(const std::string& controller) const {
+    if (version_ == CgroupVersion::kV2) return dirs_.empty() ? "" : dirs_[0];
+    auto it = by_controller_.find(controller);
+    return it == by_controller_.end() ? "" : it->second;
+  }
 
  private:
   CgroupVersion version_ = CgroupVersion::kV2;

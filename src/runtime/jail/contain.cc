@@ -86,6 +86,36 @@ int MkdirOwned(const std::string& path, mode_t mode, uid_t owner) {
   return ::chmod(path.c_str(), mode);
 }
 
+int MkdirAll(const std::string& path) {
+  for (size_t slash = path.find('/', 1);; slash = path.find('/', slash + 1)) {
+    std::string prefix = path.substr(0, slash);
+    if (::mkdir(prefix.c_str(), 0755) < 0 && errno != EEXIST) return -1;
+    if (slash == std::string::npos) return 0;
+  }
+}
+
+// /sys holds only the sandbox's own cgroup directories, read-only, on a read-only tmpfs.
+Failure MakeSys(const std::string& root, const JailConfig& c) {
+  std::string sys = root + "/sys";
+  if (::mount("tmpfs", sys.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              "size=16k,mode=0755") < 0) {
+    return {"mount /sys", errno};
+  }
+  for (const auto& [host, inside] : c.cgroup_binds) {
+    std::string target = root + inside;
+    if (MkdirAll(target) < 0) return {"mkdir cgroup mount point", errno};
+    if (BindWithFlags(host.c_str(), target.c_str(), MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC) <
+        0) {
+      return {"bind cgroup", errno};
+    }
+  }
+  if (::mount(nullptr, sys.c_str(), nullptr,
+              MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) < 0) {
+    return {"read-only /sys", errno};
+  }
+  return {};
+}
+
 int LoopbackUp() {
   UniqueFd s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   if (!s) return -1;
@@ -244,6 +274,7 @@ Failure ContainProcess(const JailConfig& c, int sync_fd, int agent_fd,
   }
   if (Failure f = MaskProc(root); f.step) return f;
   if (Failure f = MakeDev(root); f.step) return f;
+  if (Failure f = MakeSys(root, c); f.step) return f;
 
   // 5. Make the new root the root, and let go of the old one entirely.
   if (::chdir(root.c_str()) < 0) return {"chdir rootfs", errno};

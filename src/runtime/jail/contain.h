@@ -23,6 +23,9 @@ struct JailConfig {
   uint64_t nofile = 4096;    // RLIMIT_NOFILE
   std::vector<std::string> cgroup_procs;  // cgroup.procs files the sandbox is born into
   std::vector<std::string> ro_binds;      // host directories bound read-only at the same path
+  // The sandbox's own cgroup directories, bound read-only at these paths below /sys/fs/cgroup
+  // (so the agent can read its memory events and tell an OOM kill): host dir -> inside path.
+  std::vector<std::pair<std::string, std::string>> cgroup_binds;
   std::string agent_path;
   std::vector<std::string> agent_args;  // after argv[0]; the channel is fd 3
   int channel_fd = -1;                  // the agent's channel, inherited by the launcher

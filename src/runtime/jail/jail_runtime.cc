@@ -231,6 +231,12 @@ Result<std::unique_ptr<runtime::Sandbox>> JailRuntime::Create(const SandboxSpec&
   for (const auto& d : cgroup.dirs())
     args.insert(args.end(), {"--cgroup-procs", d + "/cgroup.procs"});
   for (const auto& b : ro_binds_) args.insert(args.end(), {"--ro-bind", b});
+  // The agent reads its memory cgroup's OOM count from inside (ReadOomKillCount).
+  if (layout_.version == CgroupVersion::kV2) {
+    args.insert(args.end(), {"--cgroup-bind", cgroup.dirs().at(0) + "=/sys/fs/cgroup"});
+  } else if (auto memory = cgroup.Dir("memory"); !memory.empty()) {
+    args.insert(args.end(), {"--cgroup-bind", memory + "=/sys/fs/cgroup/memory"});
+  }
   args.insert(args.end(), {"--", "--fd", "3", "--root", "/", "--user", spec.user, "--drop-caps",
                            "--log-level", "warn"});
   for (const auto& kv : spec.env) args.insert(args.end(), {"--env", kv});

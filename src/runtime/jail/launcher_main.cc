@@ -5,7 +5,8 @@
 //
 //   airlock-jail --id ID --sandbox-dir DIR --template-dir DIR --uid-base N --agent PATH
 //                --channel-fd N --report-fd N [--disk-mb N] [--tmp-mb N] [--nofile N]
-//                [--cgroup-procs FILE]... [--ro-bind DIR]... [-- AGENT-ARGS...]
+//                [--cgroup-procs FILE]... [--cgroup-bind HOST=INSIDE]... [--ro-bind DIR]...
+//                [-- AGENT-ARGS...]
 
 #include <getopt.h>
 #include <signal.h>
@@ -54,7 +55,7 @@ int main(int argc, char** argv) {
     kTmp,
     kNofile,
     kCg,
-    kBind
+    kBind, kCgBind
   };
   static const option kLong[] = {{"id", required_argument, nullptr, kId},
                                  {"sandbox-dir", required_argument, nullptr, kDir},
@@ -68,6 +69,7 @@ int main(int argc, char** argv) {
                                  {"nofile", required_argument, nullptr, kNofile},
                                  {"cgroup-procs", required_argument, nullptr, kCg},
                                  {"ro-bind", required_argument, nullptr, kBind},
+                                 {"cgroup-bind", required_argument, nullptr, kCgBind},
                                  {nullptr, 0, nullptr, 0}};
   int opt;
   while ((opt = getopt_long(argc, argv, "", kLong, nullptr)) != -1) {
@@ -105,6 +107,17 @@ int main(int argc, char** argv) {
       case kCg:
         c.cgroup_procs.emplace_back(optarg);
         break;
+      case kCgBind: {
+        std::string v = optarg;
+        size_t eq = v.find('=');
+        bool under_sys = eq != std::string::npos && (v.substr(eq + 1) == "/sys/fs/cgroup" ||
+                                                     v.compare(eq + 1, 15, "/sys/fs/cgroup/") == 0);
+        if (!under_sys || v[0] != '/') {
+          Usage("--cgroup-bind takes HOST_DIR=/sys/fs/cgroup[/...]");
+        }
+        c.cgroup_binds.emplace_back(v.substr(0, eq), v.substr(eq + 1));
+        break;
+      }
       case kBind:
         if (optarg[0] != '/') Usage("--ro-bind takes an absolute path");
         c.ro_binds.emplace_back(optarg);

@@ -279,10 +279,20 @@ TEST_F(JailTest, MemoryLimitKillsOnlyInsideThatSandbox) {
   // The shell holds 200 MB of output in a variable.
   auto r = Run(box, "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo ${#x}");
   EXPECT_EQ(r.exit.term_signal, SIGKILL) << r.stdout_data << r.stderr_data;
+  EXPECT_TRUE(r.exit.oom_killed) << "the exec result must say the OOM killer ended it";
   auto after = CgroupOf(box.id).OomKills();
   ASSERT_TRUE(after);
   EXPECT_GT(*after, *before);
-  EXPECT_EQ(Run(box, "echo alive").stdout_data, "alive\n");
+  auto fine = Run(box, "echo alive");
+  EXPECT_EQ(fine.stdout_data, "alive\n");
+  EXPECT_FALSE(fine.exit.oom_killed);
+  // Its cgroup is visible inside, read-only.
+  bool v2 = runtime_->cgroup_layout().version == CgroupVersion::kV2;
+  std::string limit_file =
+      v2 ? "/sys/fs/cgroup/memory.max" : "/sys/fs/cgroup/memory/memory.limit_in_bytes";
+  auto ro = Run(box, "cat " + limit_file + " && echo 1 > " + limit_file, "root");
+  EXPECT_EQ(ro.stdout_data, "67108864\n") << ro.stderr_data;
+  EXPECT_NE(ro.stderr_data.find("Read-only file system"), std::string::npos) << ro.stderr_data;
   EXPECT_EQ(Run(neighbour, "echo fine").stdout_data, "fine\n");
 }
 
