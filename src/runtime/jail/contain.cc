@@ -379,8 +379,15 @@ LaunchReport Launch(const JailConfig& c) {
   auto fail = [&](const char* step, int err) { return LaunchReport{pid, step, err}; };
 
   // Everything that can fail or allocate happens before the clone.
-  auto seccomp = SeccompProgram::Compile();
-  if (!seccomp) return fail("compile seccomp policy", seccomp.error().sys_errno() ?: EINVAL);
+  std::string bpf;
+  char buf[4096];
+  for (ssize_t n;
+       (n = ::pread(c.seccomp_fd, buf, sizeof buf, static_cast<off_t>(bpf.size()))) != 0;) {
+    if (n < 0) return fail("read seccomp program", errno);
+    bpf.append(buf, static_cast<size_t>(n));
+  }
+  auto seccomp = SeccompProgram::FromBytes(bpf);
+  if (!seccomp) return fail("read seccomp program", EINVAL);
   UniqueFd agent(::open(c.agent_path.c_str(), O_PATH | O_CLOEXEC));
   if (!agent) return fail("open agent binary", errno);
   std::vector<std::string> args = {"airlock-agent"};

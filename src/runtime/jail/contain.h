@@ -29,6 +29,7 @@ struct JailConfig {
   std::string agent_path;
   std::vector<std::string> agent_args;  // after argv[0]; the channel is fd 3
   int channel_fd = -1;                  // the agent's channel, inherited by the launcher
+  int seccomp_fd = -1;                  // the compiled seccomp program (raw BPF), read with pread
 };
 
 // What the launcher reports on its report fd, one line:

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -17,6 +18,7 @@
 #include "common/ids.h"
 #include "common/syscall.h"
 #include "runtime/jail/contain.h"
+#include "runtime/jail/seccomp_policy.h"
 
 extern char** environ;
 
@@ -107,6 +109,20 @@ Result<std::unique_ptr<JailRuntime>> JailRuntime::Open(JailOptions options) {
     }
   }
   if (auto st = rt->PrepareBaseTemplate(); !st) return std::unexpected(st.error());
+  // The seccomp policy is compiled once and handed to every launcher, sealed.
+  auto seccomp = SeccompProgram::Compile();
+  if (!seccomp) return std::unexpected(seccomp.error());
+  UniqueFd memfd(::memfd_create("airlock-seccomp-bpf", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!memfd) return FailErrno("memfd_create", errno);
+  if (auto st = WriteAll(memfd.get(), seccomp->bytes()); !st) return std::unexpected(st.error());
+  if (::fcntl(memfd.get(), F_ADD_SEALS, F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE) <
+      0) {
+    return FailErrno("sealing the seccomp program", errno);
+  }
+  // Above the fds the launcher gets (3, 4, 5), so that no dup2 onto them clobbers it.
+  auto high = HighDup(memfd.get());
+  if (!high) return std::unexpected(high.error());
+  rt->seccomp_bpf_ = std::move(*high);
   return rt;
 }
 
@@ -207,27 +223,15 @@ Result<std::unique_ptr<runtime::Sandbox>> JailRuntime::Create(const SandboxSpec&
   theirs_low.Reset();
   report_fds[1].Reset();
 
-  std::vector<std::string> args = {options_.launcher_path,
-                                   "--id",
-                                   spec.id,
-                                   "--sandbox-dir",
-                                   dir,
-                                   "--template-dir",
-                                   TemplateDir(spec.template_name),
-                                   "--uid-base",
-                                   std::to_string(*uid_base),
-                                   "--agent",
-                                   options_.agent_path,
-                                   "--channel-fd",
-                                   "3",
-                                   "--report-fd",
-                                   "4",
-                                   "--disk-mb",
-                                   std::to_string(spec.limits.disk_mb),
-                                   "--tmp-mb",
-                                   std::to_string(spec.limits.tmp_mb),
-                                   "--nofile",
-                                   std::to_string(spec.limits.nofile)};
+  // The launcher's fds: 3 the agent's channel, 4 the report pipe, 5 the seccomp program.
+  std::vector<std::string> args = {
+      options_.launcher_path,         "--id", spec.id, "--sandbox-dir", dir, "--template-dir",
+      TemplateDir(spec.template_name)};
+  args.insert(args.end(), {"--uid-base", std::to_string(*uid_base), "--agent", options_.agent_path,
+                           "--channel-fd", "3", "--report-fd", "4", "--seccomp-fd", "5"});
+  args.insert(args.end(),
+              {"--disk-mb", std::to_string(spec.limits.disk_mb), "--tmp-mb",
+               std::to_string(spec.limits.tmp_mb), "--nofile", std::to_string(spec.limits.nofile)});
   for (const auto& d : cgroup.dirs())
     args.insert(args.end(), {"--cgroup-procs", d + "/cgroup.procs"});
   for (const auto& b : ro_binds_) args.insert(args.end(), {"--ro-bind", b});
@@ -249,6 +253,7 @@ Result<std::unique_ptr<runtime::Sandbox>> JailRuntime::Create(const SandboxSpec&
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&actions, theirs->get(), 3);
   posix_spawn_file_actions_adddup2(&actions, report_w->get(), 4);
+  posix_spawn_file_actions_adddup2(&actions, seccomp_bpf_.get(), 5);
   pid_t launcher = 0;
   int err = ::posix_spawn(&launcher, options_.launcher_path.c_str(), &actions, nullptr, argv.data(),
                           environ);

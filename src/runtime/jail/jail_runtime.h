@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 
+#include "common/unique_fd.h"
 #include "runtime/jail/cgroups.h"
 #include "runtime/jail/uid_allocator.h"
 #include "runtime/runtime.h"
@@ -68,6 +69,7 @@ class JailRuntime : public runtime::Runtime {
   CgroupLayout layout_;
   UidAllocator uids_;
   std::vector<std::string> ro_binds_;  // host top-level dirs that are not symlinks into /usr
+  UniqueFd seccomp_bpf_;               // the policy, compiled once: a sealed memfd
   std::mutex mu_;
   std::map<std::string, Live> live_;
 };

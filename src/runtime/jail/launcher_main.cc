@@ -1,10 +1,12 @@
 // airlock-jail: the single-threaded launcher that makes one jail sandbox. The daemon (which is
 // multithreaded and never clones sandboxes itself) starts it per sandbox; it clones the sandbox
 // process into new namespaces, maps its ids, and reports one line on --report-fd:
-// "ok <pid>" or "error <step> <errno>" (see contain.h).
+// "ok <pid>" or "error <step> <errno> <pid>" (see contain.h). The seccomp program comes
+// compiled (raw BPF on --seccomp-fd), so the launcher does no policy work of its own.
 //
 //   airlock-jail --id ID --sandbox-dir DIR --template-dir DIR --uid-base N --agent PATH
-//                --channel-fd N --report-fd N [--disk-mb N] [--tmp-mb N] [--nofile N]
+//                --channel-fd N --report-fd N --seccomp-fd N [--disk-mb N] [--tmp-mb N] [--nofile
+//                N]
 //                [--cgroup-procs FILE]... [--cgroup-bind HOST=INSIDE]... [--ro-bind DIR]...
 //                [-- AGENT-ARGS...]
 
@@ -55,7 +57,9 @@ int main(int argc, char** argv) {
     kTmp,
     kNofile,
     kCg,
-    kBind, kCgBind
+    kBind,
+    kCgBind,
+    kSeccomp
   };
   static const option kLong[] = {{"id", required_argument, nullptr, kId},
                                  {"sandbox-dir", required_argument, nullptr, kDir},
@@ -70,6 +74,7 @@ int main(int argc, char** argv) {
                                  {"cgroup-procs", required_argument, nullptr, kCg},
                                  {"ro-bind", required_argument, nullptr, kBind},
                                  {"cgroup-bind", required_argument, nullptr, kCgBind},
+                                 {"seccomp-fd", required_argument, nullptr, kSeccomp},
                                  {nullptr, 0, nullptr, 0}};
   int opt;
   while ((opt = getopt_long(argc, argv, "", kLong, nullptr)) != -1) {
@@ -107,6 +112,9 @@ int main(int argc, char** argv) {
       case kCg:
         c.cgroup_procs.emplace_back(optarg);
         break;
+      case kSeccomp:
+        c.seccomp_fd = static_cast<int>(Number("--seccomp-fd", optarg));
+        break;
       case kCgBind: {
         std::string v = optarg;
         size_t eq = v.find('=');
@@ -133,7 +141,9 @@ int main(int argc, char** argv) {
     Usage("--sandbox-dir, --template-dir and --agent are required");
   }
   if (c.uid_base == 0) Usage("--uid-base must not be 0: root inside must not be root outside");
-  if (c.channel_fd < 0 || report_fd < 0) Usage("--channel-fd and --report-fd are required");
+  if (c.channel_fd < 0 || report_fd < 0 || c.seccomp_fd < 0) {
+    Usage("--channel-fd, --report-fd and --seccomp-fd are required");
+  }
 
   auto report = airlock::jail::Launch(c);
   std::string line = airlock::jail::FormatReport(report);

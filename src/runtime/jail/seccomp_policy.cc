@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <initializer_list>
 #include <limits>
 #include <memory>
@@ -363,37 +364,10 @@ Result<SeccompProgram> SeccompProgram::Compile() {
   }
   off_t size = ::lseek(memfd.get(), 0, SEEK_END);
   if (size < 0) return FailErrno("seccomp: lseek", errno);
-  const size_t count = static_cast<size_t>(size) / sizeof(sock_filter);
-  if (count == 0 || count * sizeof(sock_filter) != static_cast<size_t>(size) ||
-      count > BPF_MAXINSNS) {
-    return Fail(ErrorCode::kInternal,
-                "seccomp: exported program has " + std::to_string(size) + " bytes");
-  }
-  if (::lseek(memfd.get(), 0, SEEK_SET) < 0) return FailErrno("seccomp: lseek", errno);
-
-  SeccompProgram program;
-  program.filter_.resize(count);
-  auto read = ReadFull(memfd.get(), std::as_writable_bytes(std::span(program.filter_)));
-  if (!read) return std::unexpected(std::move(read.error()).Wrap("seccomp: reading the program"));
-  if (*read != static_cast<size_t>(size)) {
-    return Fail(ErrorCode::kInternal, "seccomp: short read of the exported program");
-  }
-  program.fprog_.len = static_cast<unsigned short>(count);
-  program.fprog_.filter = program.filter_.data();
-  return program;
-}
-
-SeccompProgram::SeccompProgram(SeccompProgram&& other) noexcept
-    : filter_(std::move(other.filter_)) {
-  fprog_.len = static_cast<unsigned short>(filter_.size());
-  fprog_.filter = filter_.data();
-  other.filter_.clear();
-  other.fprog_ = {};
-}
-
-int InstallSeccomp(const sock_fprog* prog) {
-  if (::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, prog, 0, 0) != 0) return errno;
-  return 0;
+  std::string bytes(static_cast<size_t>(size), '\0');
+  auto read = ::pread(memfd.get(), bytes.data(), bytes.size(), 0);
+  if (read != size) return FailErrno("seccomp: reading the exported program", errno);
+  return FromBytes(bytes);
 }
 
 }  // namespace airlock::jail

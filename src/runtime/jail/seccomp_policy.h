@@ -37,6 +37,14 @@ class SeccompProgram {
   // Builds the policy for this architecture (x86_64; other architectures and x32 numbers kill).
   [[nodiscard]] static Result<SeccompProgram> Compile();
 
+  // The program as it was compiled, in raw BPF bytes (what FromBytes takes back). The engine
+  // compiles once and hands these to each launcher, which then needs no libseccomp.
+  std::string_view bytes() const {
+    return {reinterpret_cast<const char*>(filter_.data()), filter_.size() * sizeof(sock_filter)};
+  }
+  // A program from raw BPF bytes: a whole number of instructions, at most BPF_MAXINSNS.
+  [[nodiscard]] static Result<SeccompProgram> FromBytes(std::string_view bytes);
+
   // For prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, prog()): points into this object.
   const sock_fprog* prog() const { return &fprog_; }
   size_t instructions() const { return filter_.size(); }
