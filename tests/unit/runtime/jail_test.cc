@@ -191,6 +191,14 @@ TEST_F(JailTest, PostureFromTheHost) {
   EXPECT_EQ(inside, 0u);
   EXPECT_GE(outside, 1u << 30);
   EXPECT_EQ(count, 65536u);
+  // ... and no other sandbox shares it.
+  Box other = Make();
+  std::istringstream other_map(Slurp("/proc/" + std::to_string(other.init_pid) + "/uid_map"));
+  uint64_t other_inside = 1, other_outside = 0;
+  other_map >> other_inside >> other_outside;
+  EXPECT_EQ(other_inside, 0u);
+  EXPECT_GE(other_outside > outside ? other_outside - outside : outside - other_outside, 65536u)
+      << "two sandboxes' uid ranges overlap";
 
   // Every namespace differs from ours.
   for (const char* ns : {"user", "pid", "mnt", "uts", "ipc", "net", "cgroup"}) {
@@ -308,6 +316,22 @@ TEST_F(JailTest, PidsLimitStopsAForkBomb) {
   EXPECT_GT(procs->size(), 8u);
   EXPECT_LE(procs->size(), 16u) << "more processes than pids_max";
   EXPECT_EQ(Run(box, "echo still").stdout_data.empty(), false);
+}
+
+TEST_F(JailTest, CpuQuotaHoldsASpinningCommand) {
+  runtime::Limits small;
+  small.cpus = 0.25;
+  Box box = Make(small);
+  // One second of wall time spinning; `times` reports the CPU time its children used.
+  auto r = Run(box, "timeout 1 sh -c 'while :; do :; done'; times");
+  std::istringstream out(r.stdout_data);
+  std::string shell_line, children_user;
+  std::getline(out, shell_line);
+  out >> children_user;  // "0m0.250000s"
+  ASSERT_FALSE(children_user.empty()) << r.stdout_data << r.stderr_data;
+  double seconds = std::atof(children_user.substr(children_user.find('m') + 1).c_str());
+  EXPECT_LT(seconds, 0.5) << "a quarter of a cpu used " << children_user << " in one second";
+  EXPECT_GT(seconds, 0.05) << "the command did not spin at all: " << r.stdout_data;
 }
 
 TEST_F(JailTest, DiskLimitFillsOnlyItsOwnLayer) {
