@@ -181,12 +181,20 @@ Result<std::unique_ptr<runtime::Sandbox>> JailRuntime::Create(const SandboxSpec&
       return Fail(ErrorCode::kAlreadyExists, "sandbox " + spec.id + " exists");
     }
   }
+  // The directory is the claim on the id: mkdir is atomic, so of two creates of one id (or a
+  // create over what a crash left behind) exactly one goes on.
   std::string dir = SandboxDir(spec.id);
-  if (::access(dir.c_str(), F_OK) == 0) {
-    return Fail(ErrorCode::kAlreadyExists, "sandbox " + spec.id + " left " + dir + " behind");
+  if (::mkdir(dir.c_str(), 0755) < 0) {
+    if (errno == EEXIST) {
+      return Fail(ErrorCode::kAlreadyExists, "sandbox " + spec.id + " exists (" + dir + ")");
+    }
+    return FailErrno("creating " + dir, errno);
   }
   auto uid_base = uids_.Acquire();
-  if (!uid_base) return std::unexpected(uid_base.error());
+  if (!uid_base) {
+    ::rmdir(dir.c_str());
+    return std::unexpected(uid_base.error());
+  }
 
   // From here on, a failure undoes everything through TearDown.
   SandboxCgroup cgroup = SandboxCgroup::Open(layout_, spec.id);
@@ -195,14 +203,12 @@ Result<std::unique_ptr<runtime::Sandbox>> JailRuntime::Create(const SandboxSpec&
     (void)TearDown(spec.id, init_pid, *uid_base, cgroup);
     return std::unexpected(std::move(e).Wrap("creating " + spec.id));
   };
-  for (const std::string& d : {dir, dir + "/disk", dir + "/rootfs"}) {
+  for (const std::string& d : {dir + "/disk", dir + "/rootfs"}) {
     if (auto st = MakeDir(d, 0755); !st) return fail(st.error());
   }
-  if (auto st = WriteAll(OpenFile(dir + "/uid_base", O_WRONLY | O_CREAT | O_TRUNC, 0600)
-                             .value_or(UniqueFd())
-                             .get(),
-                         std::to_string(*uid_base));
-      !st) {
+  auto uid_file = OpenFile(dir + "/uid_base", O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (!uid_file) return fail(uid_file.error());
+  if (auto st = WriteAll(uid_file->get(), std::to_string(*uid_base)); !st) {
     return fail(st.error().Wrap("recording the uid range"));
   }
   CgroupLimits limits{spec.limits.cpus, spec.limits.memory_mb << 20, spec.limits.pids_max};

@@ -358,6 +358,22 @@ TEST_F(JailTest, PauseFreezesAndResumeThaws) {
   EXPECT_EQ(std::get<p::Pong>(pong->second).nonce, 7u);
 }
 
+TEST_F(JailTest, ASecondCreateOfTheSameIdIsRefusedAndHarmsNothing) {
+  Box box = Make();
+  runtime::SandboxSpec spec;
+  spec.id = box.id;
+  auto again = runtime_->Create(spec);
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code(), ErrorCode::kAlreadyExists);
+  auto r = Run(box, "echo still here");
+  EXPECT_EQ(r.stdout_data, "still here\n");
+  // Bad ids never become paths.
+  spec.id = "../../etc";
+  auto bad = runtime_->Create(spec);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code(), ErrorCode::kInvalidArgument);
+}
+
 TEST_F(JailTest, CheckpointIsUnimplementedAndSaysSo) {
   auto st = runtime_->Checkpoint("sbx-x", "/tmp");
   ASSERT_FALSE(st);
