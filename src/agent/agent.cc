@@ -490,7 +490,21 @@ void Agent::StartExec(Connection& c, uint32_t stream, const p::Exec& req) {
 }
 
 void Agent::WriteStdin(ExecState& e) {
-  while (e.in && !e.stdin_buf.empty()) {
+  while (e.in) {
+    if (e.stdin_buf.empty()) {
+      if (!e.stdin_close_pending) break;
+      if (e.pty && !e.eof_typed) {
+        // A terminal has no half-close: type the EOF character, as a person would (queued like
+        // any input, so a full terminal does not lose it). After a partial line the first one
+        // only hands that line to the reader: type it twice.
+        e.stdin_buf.assign(e.pty_mid_line ? 2 : 1, '\x04');
+        e.eof_typed = true;
+        continue;
+      }
+      DelWatch(e.in.get());
+      e.in.Reset();
+      return;
+    }
     ssize_t n = ::write(e.in.get(), e.stdin_buf.data(), e.stdin_buf.size());
     if (n > 0) {
       char last = e.stdin_buf[static_cast<size_t>(n) - 1];
@@ -500,26 +514,17 @@ void Agent::WriteStdin(ExecState& e) {
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN) break;
-    // EPIPE: the command closed its stdin. What was not taken is dropped.
+    // EPIPE (or EIO on a terminal nobody holds): the command closed its stdin. What was not
+    // taken is dropped.
     e.stdin_buf.clear();
+    e.eof_typed = true;
     if (!e.pty) {
       DelWatch(e.in.get());
       e.in.Reset();
+      return;
     }
   }
-  if (!e.in) return;
-  if (e.stdin_buf.empty() && e.stdin_close_pending) {
-    if (e.pty) {
-      // A terminal has no half-close: send the EOF character, as a person would type it. After
-      // a partial line the first one only hands that line to the reader: type it twice.
-      const char eof[] = {4, 4};
-      (void)::write(e.in.get(), eof, e.pty_mid_line ? 2 : 1);
-    }
-    DelWatch(e.in.get());
-    e.in.Reset();
-    return;
-  }
-  ModWatch(e.in.get(), &e.in_watch, e.stdin_buf.empty() ? 0u : uint32_t{EPOLLOUT});
+  if (e.in) ModWatch(e.in.get(), &e.in_watch, e.stdin_buf.empty() ? 0u : uint32_t{EPOLLOUT});
 }
 
 void Agent::OnStdinWritable(ExecState& e) { WriteStdin(e); }

@@ -69,6 +69,7 @@ class Agent {
     std::string stdin_buf;
     bool stdin_close_pending = false;
     bool pty_mid_line = false;  // the last byte typed into the terminal did not end a line
+    bool eof_typed = false;     // the EOF character is queued for the terminal
     bool exited = false;
     int wait_status = 0;
     Clock::time_point started, ended;
