@@ -1,0 +1,125 @@
+#include "daemon/api/render.h"
+
+#include <cstdio>
+#include <ctime>
+#include <nlohmann/json.hpp>
+
+#include "daemon/api/base64.h"
+#include "daemon/api/utf8.h"
+
+namespace airlock::api {
+namespace {
+
+using nlohmann::json;
+
+std::string Dump(const json& doc) {
+  // Every string put in a response is either checked UTF-8 or replaced; replace keeps dump()
+  // from throwing if one slips through.
+  return doc.dump(-1, ' ', /*ensure_ascii=*/false, json::error_handler_t::replace);
+}
+
+json SandboxJson(const SandboxView& s) {
+  json limits = {
+      {"cpus", s.limits.cpus},
+      {"memory_mb", s.limits.memory_mb},
+      {"pids_max", s.limits.pids_max},
+      {"disk_mb", s.limits.disk_mb},
+  };
+  json metadata = json::object();
+  for (const auto& [key, value] : s.metadata) metadata[key] = value;
+  return {
+      {"id", s.id},
+      {"state", s.state},
+      {"template", s.template_name},
+      {"engine", s.engine},
+      {"created_at", FormatTimestamp(s.created_at)},
+      {"expires_at", FormatTimestamp(s.expires_at)},
+      {"limits", std::move(limits)},
+      {"metadata", std::move(metadata)},
+  };
+}
+
+void PutBytes(json& doc, const std::string& field, const std::string& bytes) {
+  if (IsValidUtf8(bytes)) {
+    doc[field] = bytes;
+    doc[field + "_encoding"] = "utf-8";
+  } else {
+    doc[field] = Base64Encode(bytes);
+    doc[field + "_encoding"] = "base64";
+  }
+}
+
+std::string OctalMode(uint32_t mode) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "%04o", mode & 07777);
+  return buf;
+}
+
+}  // namespace
+
+std::string FormatTimestamp(std::chrono::system_clock::time_point t) {
+  using namespace std::chrono;
+  const auto ms = floor<milliseconds>(t);
+  const auto days = floor<std::chrono::days>(ms);
+  const year_month_day ymd(days);
+  const hh_mm_ss<milliseconds> hms(ms - days);
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%04d-%02u-%02uT%02d:%02d:%02d.%03dZ",
+                static_cast<int>(ymd.year()), static_cast<unsigned>(ymd.month()),
+                static_cast<unsigned>(ymd.day()), static_cast<int>(hms.hours().count()),
+                static_cast<int>(hms.minutes().count()), static_cast<int>(hms.seconds().count()),
+                static_cast<int>(hms.subseconds().count()));
+  return buf;
+}
+
+std::string RenderSandbox(const SandboxView& sandbox) { return Dump(SandboxJson(sandbox)); }
+
+std::string RenderSandboxList(std::span<const SandboxView> sandboxes) {
+  json list = json::array();
+  for (const auto& s : sandboxes) list.push_back(SandboxJson(s));
+  return Dump(json{{"sandboxes", std::move(list)}});
+}
+
+std::string RenderExecResult(const ExecResultView& r) {
+  json doc = {
+      {"exit_code", r.signal != 0 ? json(nullptr) : json(r.exit_code)},
+      {"signal", r.signal != 0 ? json(r.signal) : json(nullptr)},
+      {"duration_ms", r.duration_ms},
+      {"timed_out", r.timed_out},
+      {"oom_killed", r.oom_killed},
+      {"truncated", r.truncated},
+  };
+  PutBytes(doc, "stdout", r.stdout_bytes);
+  PutBytes(doc, "stderr", r.stderr_bytes);
+  return Dump(doc);
+}
+
+std::string RenderFileList(std::string_view path, std::span<const FileEntryView> entries) {
+  json list = json::array();
+  for (const auto& e : entries) {
+    json entry = {
+        {"type", e.type},
+        {"mode", OctalMode(e.mode)},
+        {"size", e.size},
+        {"mtime", FormatTimestamp(e.mtime)},
+    };
+    PutBytes(entry, "name", e.name);
+    if (!e.link_target.empty()) PutBytes(entry, "link_target", e.link_target);
+    list.push_back(std::move(entry));
+  }
+  json doc = {{"entries", std::move(list)}};
+  PutBytes(doc, "path", std::string(path));
+  return Dump(doc);
+}
+
+HttpError ErrorBody(const Error& error) {
+  json doc = {{"error",
+               {{"code", std::string(ErrorCodeName(error.code()))}, {"message", error.message()}}}};
+  return HttpError{HttpStatus(error.code()), Dump(doc)};
+}
+
+HttpError UnauthenticatedBody() {
+  return ErrorBody(Error(ErrorCode::kUnauthenticated, "missing or invalid API key"));
+}
+
+}  // namespace airlock::api

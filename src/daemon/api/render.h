@@ -1,0 +1,79 @@
+#pragma once
+// Response bodies: sandboxes, exec results, file listings and errors, as JSON text.
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "common/error.h"
+#include "daemon/api/types.h"
+#include "runtime/runtime.h"
+
+namespace airlock::api {
+
+// "2024-05-01T12:34:56.789Z": UTC, milliseconds, truncated toward the past.
+std::string FormatTimestamp(std::chrono::system_clock::time_point t);
+
+struct SandboxView {
+  std::string id;
+  std::string state;  // one of kSandboxStateNames (store::SandboxStateName)
+  std::string template_name;
+  std::string engine;  // "jail", "gvisor", "microvm"
+  std::chrono::system_clock::time_point created_at;
+  std::chrono::system_clock::time_point expires_at;
+  runtime::Limits limits;  // cpus, memory_mb, pids_max, disk_mb are shown
+  Metadata metadata;       // env is never shown: it may hold secrets
+};
+
+// {"id", "state", "template", "engine", "created_at", "expires_at", "limits": {...},
+//  "metadata": {...}}
+std::string RenderSandbox(const SandboxView& sandbox);
+// {"sandboxes": [ ... ]}
+std::string RenderSandboxList(std::span<const SandboxView> sandboxes);
+
+struct ExecResultView {
+  int32_t exit_code = -1;  // as the agent reports it: -1 when killed by a signal
+  int32_t signal = 0;      // the signal that ended the process, 0 if it exited
+  std::string stdout_bytes;
+  std::string stderr_bytes;
+  uint64_t duration_ms = 0;
+  bool timed_out = false;
+  bool oom_killed = false;
+  bool truncated = false;
+};
+
+// exit_code is null when signal is set and signal is null when the process exited. stdout and
+// stderr are JSON strings when they are valid UTF-8 ("stdout_encoding": "utf-8"), otherwise the
+// base64 of the bytes ("stdout_encoding": "base64"); the same for stderr.
+std::string RenderExecResult(const ExecResultView& result);
+
+struct FileEntryView {
+  std::string name;
+  std::string type;  // "file", "directory", "symlink", "other"
+  uint32_t mode = 0;
+  uint64_t size = 0;
+  std::chrono::system_clock::time_point mtime;
+  std::string link_target;  // symlinks only
+};
+
+// {"path": ..., "entries": [{"name", "type", "mode": "0644", "size", "mtime", "link_target"?}]}.
+// name, path and link_target follow the exec output rule: "name_encoding" is "utf-8" or
+// "base64" (for names that are not valid UTF-8), and likewise for the others.
+std::string RenderFileList(std::string_view path, std::span<const FileEntryView> entries);
+
+struct HttpError {
+  int status = 500;
+  std::string body;
+};
+
+// {"error": {"code": ErrorCodeName(code), "message": message}} and HttpStatus(code). Bytes in
+// the message that are not UTF-8 are replaced with U+FFFD.
+HttpError ErrorBody(const Error& error);
+// The one 401 answer for every authentication failure (missing header, wrong scheme, unknown key)
+// so a caller learns nothing about why.
+HttpError UnauthenticatedBody();
+
+}  // namespace airlock::api

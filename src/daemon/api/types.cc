@@ -1,0 +1,438 @@
+#include "daemon/api/types.h"
+
+#include <charconv>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <utility>
+
+#include "daemon/api/base64.h"
+#include "daemon/api/json.h"
+
+namespace airlock::api {
+namespace {
+
+using nlohmann::json;
+
+#define AIRLOCK_TRY_ASSIGN(lhs, expr)                                 \
+  do {                                                                \
+    auto result_ = (expr);                                            \
+    if (!result_) return std::unexpected(std::move(result_.error())); \
+    lhs = std::move(*result_);                                        \
+  } while (0)
+#define AIRLOCK_TRY(expr)                                             \
+  do {                                                                \
+    auto status_ = (expr);                                            \
+    if (!status_) return std::unexpected(std::move(status_.error())); \
+  } while (0)
+
+std::unexpected<Error> Invalid(std::string message) {
+  return Fail(ErrorCode::kInvalidArgument, std::move(message));
+}
+
+bool IsLower(char c) { return c >= 'a' && c <= 'z'; }
+bool IsUpper(char c) { return c >= 'A' && c <= 'Z'; }
+bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+
+Status ValidateTemplateName(std::string_view name) {
+  auto ok_char = [](char c) {
+    return IsLower(c) || IsDigit(c) || c == '.' || c == '_' || c == '-';
+  };
+  bool ok = !name.empty() && name.size() <= kMaxTemplateNameBytes &&
+            (IsLower(name[0]) || IsDigit(name[0]));
+  for (char c : name) ok = ok && ok_char(c);
+  if (!ok) {
+    return Invalid(
+        "template must be 1-64 characters of [a-z0-9._-] starting with a letter or "
+        "digit, got " +
+        Quote(name));
+  }
+  return {};
+}
+
+Status ValidateEnvKey(std::string_view key, std::string_view what) {
+  bool ok = !key.empty() && key.size() <= kMaxEnvKeyBytes && !IsDigit(key[0]);
+  for (char c : key) ok = ok && (IsLower(c) || IsUpper(c) || IsDigit(c) || c == '_');
+  if (!ok) {
+    return Invalid(std::string(what) + " key " + Quote(key) +
+                   " must match [A-Za-z_][A-Za-z0-9_]* and be at most " +
+                   std::to_string(kMaxEnvKeyBytes) + " bytes");
+  }
+  return {};
+}
+
+// "user": a name ([A-Za-z_][A-Za-z0-9_.-]*) or a uid (decimal, at most 4294967294).
+Status ValidateUser(std::string_view user) {
+  bool ok = !user.empty() && user.size() <= kMaxUserBytes;
+  if (ok && IsDigit(user[0])) {
+    uint64_t uid = 0;
+    auto [end, ec] = std::from_chars(user.data(), user.data() + user.size(), uid);
+    ok = ec == std::errc() && end == user.data() + user.size() && uid <= 4294967294u;
+  } else if (ok) {
+    ok = IsLower(user[0]) || IsUpper(user[0]) || user[0] == '_';
+    for (char c : user) {
+      ok = ok && (IsLower(c) || IsUpper(c) || IsDigit(c) || c == '_' || c == '.' || c == '-');
+    }
+  }
+  if (!ok) {
+    return Invalid(
+        "user must be a user name ([A-Za-z_][A-Za-z0-9_.-]*, at most 32 characters) "
+        "or a numeric uid below 4294967295, got " +
+        Quote(user));
+  }
+  return {};
+}
+
+// An object of string values: "env" and "metadata".
+Result<EnvMap> GetEnv(const json& value, std::string_view field) {
+  if (!value.is_object()) {
+    return Invalid(std::string(field) + " must be an object of strings, got " + Describe(value));
+  }
+  if (value.size() > kMaxEnvEntries) {
+    return Invalid(std::string(field) + " may hold at most " + std::to_string(kMaxEnvEntries) +
+                   " entries, got " + std::to_string(value.size()));
+  }
+  EnvMap env;
+  for (const auto& [key, item] : value.items()) {
+    AIRLOCK_TRY(ValidateEnvKey(key, field));
+    std::string v;
+    AIRLOCK_TRY_ASSIGN(v, GetString(item, MemberPath(field, key), kMaxEnvValueBytes, false));
+    env.emplace(key, std::move(v));
+  }
+  return env;
+}
+
+Result<Metadata> GetMetadata(const json& value, std::string_view field) {
+  if (!value.is_object()) {
+    return Invalid(std::string(field) + " must be an object of strings, got " + Describe(value));
+  }
+  if (value.size() > kMaxMetadataEntries) {
+    return Invalid(std::string(field) + " may hold at most " + std::to_string(kMaxMetadataEntries) +
+                   " entries, got " + std::to_string(value.size()));
+  }
+  Metadata metadata;
+  for (const auto& [key, item] : value.items()) {
+    AIRLOCK_TRY(ValidateMetadataKey(key, field));
+    std::string v;
+    AIRLOCK_TRY_ASSIGN(v, GetString(item, MemberPath(field, key), kMaxMetadataValueBytes, false));
+    metadata.emplace(key, std::move(v));
+  }
+  return metadata;
+}
+
+// Query parameters: each name at most once, and only names in `allowed`.
+Status CheckQueryNames(const QueryParams& params, std::initializer_list<std::string_view> allowed,
+                       bool allow_metadata_prefix) {
+  std::set<std::string_view> seen;
+  for (const auto& [name, value] : params) {
+    bool known = allow_metadata_prefix && name.starts_with("metadata.");
+    for (std::string_view a : allowed) known = known || name == a;
+    if (!known) {
+      std::string names;
+      for (std::string_view a : allowed) names += (names.empty() ? "" : ", ") + std::string(a);
+      if (allow_metadata_prefix) names += ", metadata.KEY";
+      return Invalid("unknown query parameter " + Quote(name) + "; allowed: " + names);
+    }
+    if (!seen.insert(name).second) {
+      return Invalid("query parameter " + Quote(name) + " given more than once");
+    }
+  }
+  return {};
+}
+
+Result<bool> ParseQueryBool(std::string_view value, std::string_view name) {
+  if (value == "true" || value == "1") return true;
+  if (value == "false" || value == "0") return false;
+  return Invalid(std::string(name) + " must be true, false, 1 or 0, got " + Quote(value));
+}
+
+Result<uint32_t> ParseMode(std::string_view value) {
+  uint32_t mode = 0;
+  bool ok = !value.empty() && value.size() <= 5;
+  for (char c : value) {
+    ok = ok && c >= '0' && c <= '7';
+    if (ok) mode = mode * 8 + static_cast<uint32_t>(c - '0');
+  }
+  if (!ok || mode > 07777) {
+    return Invalid("mode must be octal permission bits from 0 to 7777 (e.g. 0644), got " +
+                   Quote(value));
+  }
+  return mode;
+}
+
+}  // namespace
+
+Status ValidatePath(std::string_view path, std::string_view what) {
+  if (path.empty()) return Invalid(std::string(what) + " must not be empty");
+  if (path.size() > kMaxPathBytes) {
+    return Invalid(std::string(what) + " must be at most " + std::to_string(kMaxPathBytes) +
+                   " bytes, got " + std::to_string(path.size()));
+  }
+  if (path.find('\0') != std::string_view::npos) {
+    return Invalid(std::string(what) + " must not contain NUL");
+  }
+  return {};
+}
+
+Status ValidateMetadataKey(std::string_view key, std::string_view what) {
+  bool ok = !key.empty() && key.size() <= kMaxMetadataKeyBytes;
+  for (char c : key) {
+    ok = ok && (IsLower(c) || IsUpper(c) || IsDigit(c) || c == '_' || c == '.' || c == '-');
+  }
+  if (!ok) {
+    return Invalid(std::string(what) + " key " + Quote(key) +
+                   " must be 1-64 characters of [A-Za-z0-9_.-]");
+  }
+  return {};
+}
+
+std::vector<std::string> EnvList(const EnvMap& env) {
+  std::vector<std::string> list;
+  list.reserve(env.size());
+  for (const auto& [key, value] : env) list.push_back(key + "=" + value);
+  return list;
+}
+
+Result<CreateSandboxRequest> CreateSandboxRequest::FromJson(std::string_view body) {
+  json doc;
+  AIRLOCK_TRY_ASSIGN(doc, ParseJsonObject(body));
+  AIRLOCK_TRY(RejectUnknownFields(
+      doc, "request body",
+      {"template", "ttl_seconds", "cpus", "memory_mb", "pids_max", "disk_mb", "env", "metadata"}));
+  CreateSandboxRequest req;
+  if (doc.contains("template")) {
+    AIRLOCK_TRY_ASSIGN(req.template_name,
+                       GetString(doc["template"], "template", kMaxTemplateNameBytes, false));
+    AIRLOCK_TRY(ValidateTemplateName(req.template_name));
+  }
+  if (doc.contains("ttl_seconds")) {
+    AIRLOCK_TRY_ASSIGN(req.ttl_seconds,
+                       GetInt(doc["ttl_seconds"], "ttl_seconds", 1, kMaxTtlSeconds));
+  }
+  if (doc.contains("cpus")) {
+    AIRLOCK_TRY_ASSIGN(req.limits.cpus, GetPositiveNumber(doc["cpus"], "cpus", kMaxCpus));
+  }
+  // GetInt's bounds are positive, so the casts below are exact.
+  if (doc.contains("memory_mb")) {
+    int64_t v = 0;
+    AIRLOCK_TRY_ASSIGN(v, GetInt(doc["memory_mb"], "memory_mb", kMinMemoryMb, kMaxMemoryMb));
+    req.limits.memory_mb = static_cast<uint64_t>(v);
+  }
+  if (doc.contains("pids_max")) {
+    int64_t v = 0;
+    AIRLOCK_TRY_ASSIGN(v, GetInt(doc["pids_max"], "pids_max", kMinPidsMax, kMaxPidsMax));
+    req.limits.pids_max = static_cast<uint64_t>(v);
+  }
+  if (doc.contains("disk_mb")) {
+    int64_t v = 0;
+    AIRLOCK_TRY_ASSIGN(v, GetInt(doc["disk_mb"], "disk_mb", kMinDiskMb, kMaxDiskMb));
+    req.limits.disk_mb = static_cast<uint64_t>(v);
+  }
+  if (doc.contains("env")) AIRLOCK_TRY_ASSIGN(req.env, GetEnv(doc["env"], "env"));
+  if (doc.contains("metadata")) {
+    AIRLOCK_TRY_ASSIGN(req.metadata, GetMetadata(doc["metadata"], "metadata"));
+  }
+  return req;
+}
+
+Result<PatchSandboxRequest> PatchSandboxRequest::FromJson(std::string_view body) {
+  json doc;
+  AIRLOCK_TRY_ASSIGN(doc, ParseJsonObject(body));
+  AIRLOCK_TRY(RejectUnknownFields(doc, "request body", {"ttl_seconds", "metadata"}));
+  if (doc.empty()) {
+    return Invalid("request body must set at least one of ttl_seconds, metadata");
+  }
+  PatchSandboxRequest req;
+  if (doc.contains("ttl_seconds")) {
+    AIRLOCK_TRY_ASSIGN(req.ttl_seconds,
+                       GetInt(doc["ttl_seconds"], "ttl_seconds", 1, kMaxTtlSeconds));
+  }
+  if (doc.contains("metadata")) {
+    const json& patch = doc["metadata"];
+    if (!patch.is_object()) {
+      return Invalid("metadata must be an object of strings (or null to remove a key), got " +
+                     Describe(patch));
+    }
+    if (patch.size() > kMaxMetadataEntries) {
+      return Invalid("metadata may hold at most " + std::to_string(kMaxMetadataEntries) +
+                     " entries, got " + std::to_string(patch.size()));
+    }
+    for (const auto& [key, item] : patch.items()) {
+      AIRLOCK_TRY(ValidateMetadataKey(key, "metadata"));
+      if (item.is_null()) {
+        req.metadata.emplace(key, std::nullopt);
+        continue;
+      }
+      std::string v;
+      AIRLOCK_TRY_ASSIGN(
+          v, GetString(item, MemberPath("metadata", key), kMaxMetadataValueBytes, false));
+      req.metadata.emplace(key, std::move(v));
+    }
+  }
+  return req;
+}
+
+Status PatchSandboxRequest::ApplyMetadata(Metadata& current) const {
+  Metadata next = current;
+  for (const auto& [key, value] : metadata) {
+    if (value) {
+      next[key] = *value;
+    } else {
+      next.erase(key);
+    }
+  }
+  if (next.size() > kMaxMetadataEntries) {
+    return Invalid("metadata would hold " + std::to_string(next.size()) +
+                   " keys after this patch; the limit is " + std::to_string(kMaxMetadataEntries));
+  }
+  current = std::move(next);
+  return {};
+}
+
+Result<ExecRequest> ExecRequest::FromJson(std::string_view body) {
+  json doc;
+  AIRLOCK_TRY_ASSIGN(doc, ParseJsonObject(body));
+  AIRLOCK_TRY(RejectUnknownFields(
+      doc, "request body",
+      {"cmd", "argv", "cwd", "env", "stdin", "stdin_encoding", "timeout_seconds", "user"}));
+  ExecRequest req;
+  const bool has_cmd = doc.contains("cmd");
+  const bool has_argv = doc.contains("argv");
+  if (has_cmd == has_argv) {
+    return Invalid(has_cmd ? "give either cmd or argv, not both"
+                           : "missing command: give cmd (a shell command line) or argv (an array "
+                             "of strings)");
+  }
+  if (has_cmd) {
+    AIRLOCK_TRY_ASSIGN(req.cmd, GetString(doc["cmd"], "cmd", kMaxCmdBytes, false));
+    if (req.cmd.empty()) return Invalid("cmd must not be empty");
+  } else {
+    const json& argv = doc["argv"];
+    if (!argv.is_array()) {
+      return Invalid("argv must be an array of strings, got " + Describe(argv));
+    }
+    if (argv.empty() || argv.size() > kMaxArgvEntries) {
+      return Invalid("argv must hold 1-" + std::to_string(kMaxArgvEntries) + " strings, got " +
+                     std::to_string(argv.size()));
+    }
+    for (size_t i = 0; i < argv.size(); ++i) {
+      std::string arg;
+      AIRLOCK_TRY_ASSIGN(arg, GetString(argv[i], ElementPath("argv", i), kMaxArgBytes, false));
+      req.argv.push_back(std::move(arg));
+    }
+    if (req.argv[0].empty()) return Invalid("argv[0] must not be empty");
+  }
+  if (doc.contains("cwd")) {
+    AIRLOCK_TRY_ASSIGN(req.cwd, GetString(doc["cwd"], "cwd", kMaxPathBytes, false));
+    AIRLOCK_TRY(ValidatePath(req.cwd, "cwd"));
+  }
+  if (doc.contains("env")) AIRLOCK_TRY_ASSIGN(req.env, GetEnv(doc["env"], "env"));
+  std::string encoding = "utf-8";
+  if (doc.contains("stdin_encoding")) {
+    AIRLOCK_TRY_ASSIGN(encoding, GetString(doc["stdin_encoding"], "stdin_encoding", 16, false));
+    if (encoding != "utf-8" && encoding != "base64") {
+      return Invalid("stdin_encoding must be \"utf-8\" or \"base64\", got " + Quote(encoding));
+    }
+    if (!doc.contains("stdin")) return Invalid("stdin_encoding is set but stdin is missing");
+  }
+  if (doc.contains("stdin")) {
+    // Base64 text is 4/3 of the bytes it carries; check the text's length before decoding.
+    const size_t max_text = encoding == "base64" ? (kMaxStdinBytes + 2) / 3 * 4 : kMaxStdinBytes;
+    std::string text;
+    AIRLOCK_TRY_ASSIGN(text, GetString(doc["stdin"], "stdin", max_text, true));
+    if (encoding == "base64") {
+      auto decoded = Base64Decode(text);
+      if (!decoded) return std::unexpected(std::move(decoded.error()).Wrap("stdin"));
+      req.stdin_data = std::move(*decoded);
+    } else {
+      req.stdin_data = std::move(text);
+    }
+  }
+  if (doc.contains("timeout_seconds")) {
+    AIRLOCK_TRY_ASSIGN(
+        req.timeout_seconds,
+        GetPositiveNumber(doc["timeout_seconds"], "timeout_seconds", kMaxTimeoutSeconds));
+  }
+  if (doc.contains("user")) {
+    AIRLOCK_TRY_ASSIGN(req.user, GetString(doc["user"], "user", kMaxUserBytes, false));
+    AIRLOCK_TRY(ValidateUser(req.user));
+  }
+  return req;
+}
+
+Result<FileQuery> FileQuery::FromQuery(const QueryParams& params, FileOp op) {
+  switch (op) {
+    case FileOp::kRead:
+    case FileOp::kList:
+    case FileOp::kTarGet:
+    case FileOp::kTarPut:
+      AIRLOCK_TRY(CheckQueryNames(params, {"path"}, false));
+      break;
+    case FileOp::kWrite:
+    case FileOp::kMkdir:
+      AIRLOCK_TRY(CheckQueryNames(params, {"path", "mode", "parents"}, false));
+      break;
+    case FileOp::kDelete:
+      AIRLOCK_TRY(CheckQueryNames(params, {"path", "recursive"}, false));
+      break;
+  }
+  FileQuery query;
+  bool has_path = false;
+  for (const auto& [name, value] : params) {
+    if (name == "path") {
+      AIRLOCK_TRY(ValidatePath(value, "path"));
+      query.path = value;
+      has_path = true;
+    } else if (name == "mode") {
+      AIRLOCK_TRY_ASSIGN(query.mode, ParseMode(value));
+    } else if (name == "parents") {
+      AIRLOCK_TRY_ASSIGN(query.parents, ParseQueryBool(value, "parents"));
+    } else if (name == "recursive") {
+      AIRLOCK_TRY_ASSIGN(query.recursive, ParseQueryBool(value, "recursive"));
+    }
+  }
+  if (!has_path) return Invalid("missing query parameter \"path\"");
+  return query;
+}
+
+Result<ListFilter> ListFilter::FromQuery(const QueryParams& params) {
+  AIRLOCK_TRY(CheckQueryNames(params, {"state"}, true));
+  ListFilter filter;
+  for (const auto& [name, value] : params) {
+    if (name == "state") {
+      bool known = false;
+      for (std::string_view s : kSandboxStateNames) known = known || value == s;
+      if (!known) {
+        std::string names;
+        for (std::string_view s : kSandboxStateNames) {
+          names += (names.empty() ? "" : ", ") + std::string(s);
+        }
+        return Invalid("state must be one of " + names + ", got " + Quote(value));
+      }
+      filter.state = value;
+    } else {
+      const std::string key = name.substr(std::string_view("metadata.").size());
+      AIRLOCK_TRY(ValidateMetadataKey(key, "metadata filter"));
+      if (value.size() > kMaxMetadataValueBytes || value.find('\0') != std::string::npos) {
+        return Invalid("metadata filter value for " + Quote(key) + " must be at most " +
+                       std::to_string(kMaxMetadataValueBytes) + " bytes with no NUL");
+      }
+      filter.metadata.emplace(key, value);
+      if (filter.metadata.size() > kMaxMetadataEntries) {
+        return Invalid("at most " + std::to_string(kMaxMetadataEntries) +
+                       " metadata filters may be given");
+      }
+    }
+  }
+  return filter;
+}
+
+bool ListFilter::Matches(std::string_view sandbox_state, const Metadata& sandbox_metadata) const {
+  if (state && *state != sandbox_state) return false;
+  for (const auto& [key, value] : metadata) {
+    auto it = sandbox_metadata.find(key);
+    if (it == sandbox_metadata.end() || it->second != value) return false;
+  }
+  return true;
+}
+
+}  // namespace airlock::api

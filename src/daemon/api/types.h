@@ -1,0 +1,147 @@
+#pragma once
+// The API's typed requests (docs/api/openapi.yaml is the contract; keep the limits below and the
+// schemas there in step). Each request is validated completely here, at the edge: a value that
+// leaves FromJson / FromQuery is in range, and the controller may trust it.
+//
+// Every refusal is kInvalidArgument (HTTP 400) except a body over kMaxJsonBodyBytes (kTooLarge,
+// 413); the message names the field ("env[\"1X\"]", "argv[3]"), the rule and the value sent.
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+#include "daemon/api/query.h"
+#include "runtime/runtime.h"
+
+namespace airlock::api {
+
+// Sandbox limits. Defaults come from runtime::Limits (1 cpu, 512 MiB, 256 pids, 1024 MiB disk).
+inline constexpr double kMaxCpus = 64;  // cpus is in (0, kMaxCpus], fractions allowed
+inline constexpr int64_t kMinMemoryMb = 16;
+inline constexpr int64_t kMaxMemoryMb = 262144;
+inline constexpr int64_t kMinPidsMax = 8;
+inline constexpr int64_t kMaxPidsMax = 65536;
+inline constexpr int64_t kMinDiskMb = 16;
+inline constexpr int64_t kMaxDiskMb = 1048576;
+inline constexpr int64_t kDefaultTtlSeconds = 3600;
+inline constexpr int64_t kMaxTtlSeconds = 30 * 24 * 3600;
+inline constexpr std::string_view kDefaultTemplate = "base";
+inline constexpr size_t kMaxTemplateNameBytes = 64;  // [a-z0-9][a-z0-9._-]*
+
+// Environment (sandbox-wide on create, per command on exec): KEY matches [A-Za-z_][A-Za-z0-9_]*.
+inline constexpr size_t kMaxEnvEntries = 256;
+inline constexpr size_t kMaxEnvKeyBytes = 256;
+inline constexpr size_t kMaxEnvValueBytes = 32768;
+
+// Metadata: free-form labels for filtering; keys [A-Za-z0-9_.-]{1,64}, values strings.
+inline constexpr size_t kMaxMetadataEntries = 64;
+inline constexpr size_t kMaxMetadataKeyBytes = 64;
+inline constexpr size_t kMaxMetadataValueBytes = 1024;
+
+// Exec.
+inline constexpr double kMaxTimeoutSeconds = 86400;  // timeout_seconds is in (0, 86400]
+inline constexpr double kDefaultTimeoutSeconds = 300;
+inline constexpr size_t kMaxCmdBytes = 131072;  // Linux's MAX_ARG_STRLEN
+inline constexpr size_t kMaxArgvEntries = 4096;
+inline constexpr size_t kMaxArgBytes = 131072;      // each argv element
+inline constexpr size_t kMaxStdinBytes = 4u << 20;  // after base64 decoding
+inline constexpr size_t kMaxUserBytes = 32;
+
+// Paths inside a sandbox (cwd, files): absolute or relative, no NUL. They are resolved inside
+// the sandbox's root by the agent, so ".." cannot leave it and is not refused here.
+inline constexpr size_t kMaxPathBytes = 4096;
+
+// Caps on non-JSON bodies, enforced by the HTTP layer while reading (413 when exceeded).
+inline constexpr uint64_t kMaxFileBytes = 256ull << 20;  // PUT / GET .../files
+inline constexpr uint64_t kMaxTarBytes = 1ull << 30;     // PUT / GET .../files/tar
+
+using EnvMap = std::map<std::string, std::string>;
+using Metadata = std::map<std::string, std::string>;
+
+// The state names the API shows and filters on. They mirror store::SandboxStateName
+// (src/daemon/store/sandbox_state.h); the daemon's tests should check the two agree.
+inline constexpr std::string_view kSandboxStateNames[] = {
+    "creating", "running", "paused", "destroying", "destroyed", "failed",
+};
+
+// POST /v1/sandboxes. Every field is optional.
+struct CreateSandboxRequest {
+  std::string template_name{kDefaultTemplate};  // JSON "template"
+  int64_t ttl_seconds = kDefaultTtlSeconds;
+  runtime::Limits limits;  // cpus, memory_mb, pids_max, disk_mb from the body; the rest default
+  EnvMap env;
+  Metadata metadata;
+
+  [[nodiscard]] static Result<CreateSandboxRequest> FromJson(std::string_view body);
+};
+
+// PATCH /v1/sandboxes/{id}: at least one field. ttl_seconds restarts the TTL from now.
+// metadata is a merge patch (RFC 7396): a string sets the key, null removes it.
+struct PatchSandboxRequest {
+  std::optional<int64_t> ttl_seconds;
+  std::map<std::string, std::optional<std::string>> metadata;
+
+  [[nodiscard]] static Result<PatchSandboxRequest> FromJson(std::string_view body);
+  // Applies the metadata patch to `current`; kInvalidArgument (nothing changed) if the result
+  // would hold more than kMaxMetadataEntries keys.
+  [[nodiscard]] Status ApplyMetadata(Metadata& current) const;
+};
+
+// POST /v1/sandboxes/{id}/exec. Exactly one of cmd (run as /bin/sh -c cmd) and argv.
+struct ExecRequest {
+  std::string cmd;                // non-empty iff argv is empty
+  std::vector<std::string> argv;  // argv[0] non-empty; looked up in PATH by the agent
+  std::string cwd;                // empty: the user's home directory
+  EnvMap env;                     // on top of the sandbox's env
+  std::string stdin_data;         // JSON "stdin"; decoded when "stdin_encoding" is "base64"
+  double timeout_seconds = kDefaultTimeoutSeconds;
+  std::string user;  // a user name or a numeric uid; empty: the sandbox's default user
+
+  bool is_shell() const { return !cmd.empty(); }
+  [[nodiscard]] static Result<ExecRequest> FromJson(std::string_view body);
+};
+
+// "KEY=VALUE" strings, as runtime::SandboxSpec and the agent protocol take them.
+std::vector<std::string> EnvList(const EnvMap& env);
+
+// The file operations; each accepts its own set of query parameters.
+enum class FileOp {
+  kRead,    // GET    .../files?path=
+  kWrite,   // PUT    .../files?path=[&mode=0644][&parents=true]
+  kDelete,  // DELETE .../files?path=[&recursive=true]
+  kList,    // GET    .../files/list?path=
+  kMkdir,   // POST   .../files/mkdir?path=[&mode=0755][&parents=true]
+  kTarGet,  // GET    .../files/tar?path=
+  kTarPut,  // PUT    .../files/tar?path=
+};
+
+struct FileQuery {
+  std::string path;
+  std::optional<uint32_t> mode;  // permission bits (<= 07777), octal in the query: "0644"
+  bool parents = false;          // create missing parent directories
+  bool recursive = false;        // delete a directory and everything under it
+
+  // Refuses unknown or repeated parameters, a missing path, and bad values. Booleans are
+  // "true" / "false" / "1" / "0".
+  [[nodiscard]] static Result<FileQuery> FromQuery(const QueryParams& params, FileOp op);
+};
+
+// GET /v1/sandboxes?state=running&metadata.team=ml&metadata.run=7 : every condition must hold.
+struct ListFilter {
+  std::optional<std::string> state;  // one of kSandboxStateNames
+  Metadata metadata;                 // each key must be present with exactly this value
+
+  [[nodiscard]] static Result<ListFilter> FromQuery(const QueryParams& params);
+  bool Matches(std::string_view sandbox_state, const Metadata& sandbox_metadata) const;
+};
+
+// Rules shared with the HTTP layer (kInvalidArgument naming `what`).
+[[nodiscard]] Status ValidatePath(std::string_view path, std::string_view what);
+[[nodiscard]] Status ValidateMetadataKey(std::string_view key, std::string_view what);
+
+}  // namespace airlock::api

@@ -1,0 +1,522 @@
+#include "daemon/store/store.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <ranges>
+
+#include "common/ids.h"
+#include "common/syscall.h"
+#include "common/unique_fd.h"
+
+namespace airlock::store {
+namespace {
+
+using nlohmann::json;
+
+// Schema migrations. Entry i takes user_version i to i + 1, in its own transaction together
+// with the user_version bump. Never edit an entry that has shipped: append a new one.
+constexpr std::string_view kMigrations[] = {
+    // 1: sandboxes and API keys.
+    R"sql(
+CREATE TABLE sandboxes (
+  id            TEXT PRIMARY KEY NOT NULL,
+  state         TEXT NOT NULL CHECK (state IN
+                  ('creating', 'running', 'paused', 'destroying', 'destroyed', 'failed')),
+  engine        TEXT NOT NULL,
+  template_name TEXT NOT NULL,
+  cpus          REAL NOT NULL,
+  memory_mb     INTEGER NOT NULL,
+  pids_max      INTEGER NOT NULL,
+  disk_mb       INTEGER NOT NULL,
+  env           TEXT NOT NULL CHECK (json_valid(env)),        -- JSON array of strings
+  metadata      TEXT NOT NULL CHECK (json_valid(metadata)),   -- JSON object string -> string
+  created_at_ms INTEGER NOT NULL,
+  updated_at_ms INTEGER NOT NULL,
+  expires_at_ms INTEGER NOT NULL,                             -- absolute unix ms; 0 = none
+  init_pid      INTEGER NOT NULL,
+  resources     TEXT NOT NULL CHECK (json_valid(resources)),  -- JSON object string -> string
+  error         TEXT NOT NULL
+) STRICT;
+CREATE INDEX sandboxes_by_state ON sandboxes (state);
+CREATE INDEX sandboxes_by_deadline ON sandboxes (expires_at_ms) WHERE expires_at_ms > 0;
+CREATE TABLE api_keys (
+  id            INTEGER PRIMARY KEY,
+  name          TEXT NOT NULL,
+  hash          TEXT NOT NULL UNIQUE,  -- SHA-256 of the whole key, lowercase hex
+  created_at_ms INTEGER NOT NULL,
+  admin         INTEGER NOT NULL CHECK (admin IN (0, 1)),
+  revoked       INTEGER NOT NULL CHECK (revoked IN (0, 1))
+) STRICT;
+)sql",
+};
+
+constexpr std::string_view kColumns =
+    "id, state, engine, template_name, cpus, memory_mb, pids_max, disk_mb, env, metadata, "
+    "created_at_ms, updated_at_ms, expires_at_ms, init_pid, resources, error";
+
+int64_t RealtimeMs() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1'000'000;
+}
+
+// JSON text for a column. nlohmann refuses invalid UTF-8 by throwing; that is bad input.
+template <typename T>
+Result<std::string> ToJson(const T& value, std::string_view field) {
+  try {
+    return json(value).dump();
+  } catch (const json::exception&) {
+    return Fail(ErrorCode::kInvalidArgument, std::string(field) + " is not valid UTF-8");
+  }
+}
+
+Result<json> ParseColumn(const std::string& text, std::string_view id, std::string_view field) {
+  json parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) {
+    return Fail(ErrorCode::kInternal,
+                "record " + std::string(id) + ": column " + std::string(field) + " is not JSON");
+  }
+  return parsed;
+}
+
+Result<std::vector<std::string>> ParseStringArray(const std::string& text, std::string_view id,
+                                                  std::string_view field) {
+  auto parsed = ParseColumn(text, id, field);
+  if (!parsed) return std::unexpected(std::move(parsed.error()));
+  std::vector<std::string> out;
+  if (!parsed->is_array()) {
+    return Fail(ErrorCode::kInternal,
+                "record " + std::string(id) + ": " + std::string(field) + " is not an array");
+  }
+  for (const json& item : *parsed) {
+    if (!item.is_string()) {
+      return Fail(ErrorCode::kInternal,
+                  "record " + std::string(id) + ": " + std::string(field) + " holds a non-string");
+    }
+    out.push_back(item.get<std::string>());
+  }
+  return out;
+}
+
+Result<std::map<std::string, std::string>> ParseStringMap(const std::string& text,
+                                                          std::string_view id,
+                                                          std::string_view field) {
+  auto parsed = ParseColumn(text, id, field);
+  if (!parsed) return std::unexpected(std::move(parsed.error()));
+  if (!parsed->is_object()) {
+    return Fail(ErrorCode::kInternal,
+                "record " + std::string(id) + ": " + std::string(field) + " is not an object");
+  }
+  std::map<std::string, std::string> out;
+  for (const auto& [key, value] : parsed->items()) {
+    if (!value.is_string()) {
+      return Fail(ErrorCode::kInternal,
+                  "record " + std::string(id) + ": " + std::string(field) + " holds a non-string");
+    }
+    out.emplace(key, value.get<std::string>());
+  }
+  return out;
+}
+
+// The JSON columns of a record, encoded (and so checked) before any SQL runs.
+struct EncodedColumns {
+  std::string env, metadata, resources;
+};
+
+Result<EncodedColumns> Encode(const SandboxRecord& r) {
+  auto env = ToJson(r.env, "env");
+  if (!env) return std::unexpected(std::move(env.error()));
+  auto metadata = ToJson(r.metadata, "metadata");
+  if (!metadata) return std::unexpected(std::move(metadata.error()));
+  auto resources = ToJson(r.resources, "resources");
+  if (!resources) return std::unexpected(std::move(resources.error()));
+  return EncodedColumns{std::move(*env), std::move(*metadata), std::move(*resources)};
+}
+
+Status ValidateFields(const SandboxRecord& r) {
+  const SandboxLimits& l = r.limits;
+  if (!std::isfinite(l.cpus) || l.cpus < 0 || l.memory_mb < 0 || l.pids_max < 0 || l.disk_mb < 0) {
+    return Fail(ErrorCode::kInvalidArgument, "limits must be finite and not negative");
+  }
+  if (r.expires_at_ms < 0) {
+    return Fail(ErrorCode::kInvalidArgument, "expires_at_ms must not be negative");
+  }
+  if (r.init_pid < 0) return Fail(ErrorCode::kInvalidArgument, "init_pid must not be negative");
+  return {};
+}
+
+// Binds the columns in kColumns order.
+void BindRecord(Statement& stmt, const SandboxRecord& r, const EncodedColumns& enc) {
+  stmt.Bind(1, r.id)
+      .Bind(2, SandboxStateName(r.state))
+      .Bind(3, r.engine)
+      .Bind(4, r.template_name)
+      .Bind(5, r.limits.cpus)
+      .Bind(6, r.limits.memory_mb)
+      .Bind(7, r.limits.pids_max)
+      .Bind(8, r.limits.disk_mb)
+      .Bind(9, enc.env)
+      .Bind(10, enc.metadata)
+      .Bind(11, r.created_at_ms)
+      .Bind(12, r.updated_at_ms)
+      .Bind(13, r.expires_at_ms)
+      .Bind(14, r.init_pid)
+      .Bind(15, enc.resources)
+      .Bind(16, r.error);
+}
+
+// Reads a row selected with kColumns.
+Result<SandboxRecord> ReadRecord(const Statement& stmt) {
+  SandboxRecord r;
+  r.id = stmt.ColumnText(0);
+  std::string state = stmt.ColumnText(1);
+  auto parsed_state = ParseSandboxState(state);
+  if (!parsed_state) {
+    return Fail(ErrorCode::kInternal, "record " + r.id + ": unknown state '" + state + "'");
+  }
+  r.state = *parsed_state;
+  r.engine = stmt.ColumnText(2);
+  r.template_name = stmt.ColumnText(3);
+  r.limits = {stmt.ColumnDouble(4), stmt.ColumnInt(5), stmt.ColumnInt(6), stmt.ColumnInt(7)};
+  auto env = ParseStringArray(stmt.ColumnText(8), r.id, "env");
+  if (!env) return std::unexpected(std::move(env.error()));
+  r.env = std::move(*env);
+  auto metadata = ParseStringMap(stmt.ColumnText(9), r.id, "metadata");
+  if (!metadata) return std::unexpected(std::move(metadata.error()));
+  r.metadata = std::move(*metadata);
+  r.created_at_ms = stmt.ColumnInt(10);
+  r.updated_at_ms = stmt.ColumnInt(11);
+  r.expires_at_ms = stmt.ColumnInt(12);
+  r.init_pid = stmt.ColumnInt(13);
+  auto resources = ParseStringMap(stmt.ColumnText(14), r.id, "resources");
+  if (!resources) return std::unexpected(std::move(resources.error()));
+  r.resources = std::move(*resources);
+  r.error = stmt.ColumnText(15);
+  return r;
+}
+
+// Creates the database file 0600 before SQLite sees it: SQLite would create it 0644, and the
+// -wal / -shm files it makes later copy the main file's mode. The file holds key hashes and
+// sandbox environments.
+Status CreatePrivateFile(const std::string& path) {
+  UniqueFd fd(RetryEintr(
+      [&] { return ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600); }));
+  if (!fd) return FailErrno("creating " + path, errno);
+  return {};
+}
+
+}  // namespace
+
+int Store::CurrentSchemaVersion() { return static_cast<int>(std::size(kMigrations)); }
+
+Store::Store(Database db, StoreOptions options) : db_(std::move(db)), options_(std::move(options)) {
+  if (!options_.now_ms) options_.now_ms = RealtimeMs;
+}
+
+Result<std::unique_ptr<Store>> Store::Open(const std::string& path, StoreOptions options) {
+  auto created = CreatePrivateFile(path);
+  if (!created) return std::unexpected(std::move(created.error()).Wrap("opening store"));
+  auto db = Database::Open(path);
+  if (!db) return std::unexpected(std::move(db.error()));
+
+  // WAL: readers do not block the writer, and a commit appends to the log instead of
+  // rewriting pages. synchronous=FULL: the WAL is fsynced at every commit, so an acknowledged
+  // write survives power loss too (NORMAL would only survive a process crash).
+  auto mode = db->PragmaText("journal_mode = WAL");
+  if (!mode) return std::unexpected(std::move(mode.error()).Wrap("setting WAL on " + path));
+  if (*mode != "wal") {
+    return Fail(ErrorCode::kInternal, "setting WAL on " + path + ": journal_mode is " + *mode);
+  }
+  auto pragmas =
+      db->Exec("PRAGMA synchronous = FULL; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON;",
+               "setting pragmas on " + path);
+  if (!pragmas) return std::unexpected(std::move(pragmas.error()));
+
+  std::unique_ptr<Store> store(new Store(std::move(*db), std::move(options)));
+  auto migrated = store->Migrate();
+  if (!migrated) return std::unexpected(std::move(migrated.error()).Wrap("migrating " + path));
+  return store;
+}
+
+Status Store::Migrate() {
+  std::lock_guard lock(mu_);
+  auto tx = Transaction::Begin(db_);  // read and bump the version under the write lock
+  if (!tx) return std::unexpected(std::move(tx.error()));
+  auto text = db_.PragmaText("user_version");
+  if (!text) return std::unexpected(std::move(text.error()));
+  int version = std::stoi(*text);
+  if (version > CurrentSchemaVersion()) {
+    return Fail(ErrorCode::kFailedPrecondition, "database schema version " +
+                                                    std::to_string(version) +
+                                                    " is newer than this airlockd understands (" +
+                                                    std::to_string(CurrentSchemaVersion()) + ")");
+  }
+  for (int v = version; v < CurrentSchemaVersion(); ++v) {
+    auto applied = db_.Exec(kMigrations[v], "applying migration " + std::to_string(v + 1));
+    if (!applied) return applied;
+    auto bumped = db_.Exec("PRAGMA user_version = " + std::to_string(v + 1), "bumping version");
+    if (!bumped) return bumped;
+  }
+  return tx->Commit();
+}
+
+Result<SandboxRecord> Store::Insert(SandboxRecord record) {
+  auto valid_id = ValidateSandboxId(record.id);
+  if (!valid_id) return std::unexpected(std::move(valid_id.error()));
+  if (record.state != SandboxState::kCreating) {
+    return Fail(ErrorCode::kInvalidArgument, "a new record must be in state creating, not " +
+                                                 std::string(SandboxStateName(record.state)));
+  }
+  auto valid = ValidateFields(record);
+  if (!valid) return std::unexpected(std::move(valid.error()));
+  auto enc = Encode(record);
+  if (!enc) return std::unexpected(std::move(enc.error()));
+
+  std::lock_guard lock(mu_);
+  record.created_at_ms = record.updated_at_ms = options_.now_ms();
+  auto stmt = db_.Prepare("INSERT INTO sandboxes (" + std::string(kColumns) +
+                          ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+  if (!stmt) return std::unexpected(std::move(stmt.error()));
+  BindRecord(*stmt, record, *enc);
+  auto done = stmt->Run();  // autocommit: one statement, one durable transaction
+  if (!done) {
+    if (done.error().code() == ErrorCode::kAlreadyExists) {
+      return Fail(ErrorCode::kAlreadyExists, "sandbox " + record.id + " already exists");
+    }
+    return std::unexpected(std::move(done.error()).Wrap("inserting " + record.id));
+  }
+  return record;
+}
+
+Result<SandboxRecord> Store::GetLocked(std::string_view id) {
+  auto stmt = db_.Prepare("SELECT " + std::string(kColumns) + " FROM sandboxes WHERE id = ?");
+  if (!stmt) return std::unexpected(std::move(stmt.error()));
+  stmt->Bind(1, id);
+  auto row = stmt->Step();
+  if (!row) return std::unexpected(std::move(row.error()));
+  if (!*row) return Fail(ErrorCode::kNotFound, "sandbox " + std::string(id) + " not found");
+  return ReadRecord(*stmt);
+}
+
+Result<SandboxRecord> Store::Get(std::string_view id) {
+  auto valid = ValidateSandboxId(id);
+  if (!valid) return std::unexpected(std::move(valid.error()));
+  std::lock_guard lock(mu_);
+  return GetLocked(id);
+}
+
+Result<std::vector<SandboxRecord>> Store::List(const ListFilter& filter) {
+  // Only fixed fragments and '?' go into the SQL text; every value is bound.
+  std::string sql = "SELECT " + std::string(kColumns) + " FROM sandboxes WHERE 1";
+  if (!filter.states.empty()) {
+    sql += " AND state IN (";
+    for (size_t i = 0; i < filter.states.size(); ++i) sql += i == 0 ? "?" : ",?";
+    sql += ")";
+  }
+  for (size_t i = 0; i < filter.metadata.size(); ++i) {
+    sql +=
+        " AND EXISTS (SELECT 1 FROM json_each(sandboxes.metadata) AS m"
+        " WHERE m.key = ? AND m.value = ?)";
+  }
+  sql += " ORDER BY created_at_ms, rowid";
+
+  std::lock_guard lock(mu_);
+  auto stmt = db_.Prepare(sql);
+  if (!stmt) return std::unexpected(std::move(stmt.error()));
+  int index = 1;
+  for (SandboxState state : filter.states) stmt->Bind(index++, SandboxStateName(state));
+  for (const auto& [key, value] : filter.metadata) {
+    stmt->Bind(index, key).Bind(index + 1, value);
+    index += 2;
+  }
+  std::vector<SandboxRecord> out;
+  while (true) {
+    auto row = stmt->Step();
+    if (!row) return std::unexpected(std::move(row.error()).Wrap("listing sandboxes"));
+    if (!*row) break;
+    auto record = ReadRecord(*stmt);
+    if (!record) return std::unexpected(std::move(record.error()));
+    out.push_back(std::move(*record));
+  }
+  return out;
+}
+
+Status Store::UpdateLocked(const SandboxRecord& record) {
+  auto enc = Encode(record);
+  if (!enc) return std::unexpected(std::move(enc.error()));
+  auto stmt = db_.Prepare(
+      "UPDATE sandboxes SET state = ?2, engine = ?3, template_name = ?4, cpus = ?5, "
+      "memory_mb = ?6, pids_max = ?7, disk_mb = ?8, env = ?9, metadata = ?10, "
+      "created_at_ms = ?11, updated_at_ms = ?12, expires_at_ms = ?13, init_pid = ?14, "
+      "resources = ?15, error = ?16 WHERE id = ?1");
+  if (!stmt) return std::unexpected(std::move(stmt.error()));
+  BindRecord(*stmt, record, *enc);
+  auto done = stmt->Run();
+  if (!done) return std::unexpected(std::move(done.error()).Wrap("updating " + record.id));
+  AIRLOCK_CHECK(db_.Changes() == 1);  // callers read the row in this same transaction
+  return {};
+}
+
+Result<SandboxRecord> Store::Transition(std::string_view id, std::span<const SandboxState> from,
+                                        SandboxState to,
+                                        const std::function<void(SandboxRecord&)>& mutate) {
+  auto valid = ValidateSandboxId(id);
+  if (!valid) return std::unexpected(std::move(valid.error()));
+  // The states the caller accepts, narrowed to those the table lets reach `to`.
+  std::vector<SandboxState> allowed;
+  for (SandboxState s : kAllSandboxStates) {
+    bool wanted = from.empty() || std::ranges::find(from, s) != from.end();
+    if (wanted && IsAllowedTransition(s, to)) allowed.push_back(s);
+  }
+
+  std::lock_guard lock(mu_);
+  auto tx = Transaction::Begin(db_);
+  if (!tx) return std::unexpected(std::move(tx.error()));
+  auto record = GetLocked(id);
+  if (!record) return std::unexpected(std::move(record.error()));
+  if (allowed.empty()) {
+    return Fail(ErrorCode::kFailedPrecondition, "sandbox " + std::string(id) + " is " +
+                                                    std::string(SandboxStateName(record->state)) +
+                                                    ", cannot become " +
+                                                    std::string(SandboxStateName(to)));
+  }
+  auto fits = RequireState(id, record->state, allowed);
+  if (!fits) return std::unexpected(std::move(fits.error()));
+
+  SandboxRecord updated = *record;
+  if (mutate) mutate(updated);
+  updated.id = record->id;
+  updated.created_at_ms = record->created_at_ms;
+  updated.state = to;
+  updated.updated_at_ms = options_.now_ms();
+  auto fields = ValidateFields(updated);
+  if (!fields) return std::unexpected(std::move(fields.error()));
+  auto written = UpdateLocked(updated);
+  if (!written) return std::unexpected(std::move(written.error()));
+  auto committed = tx->Commit();
+  if (!committed) return std::unexpected(std::move(committed.error()));
+  return updated;
+}
+
+Result<SandboxRecord> Store::MarkFailed(std::string_view id, std::string_view error) {
+  return Transition(id, {}, SandboxState::kFailed,
+                    [&](SandboxRecord& r) { r.error = std::string(error); });
+}
+
+Result<SandboxRecord> Store::EditUnlessDestroyed(std::string_view id,
+                                                 const std::function<void(SandboxRecord&)>& edit) {
+  auto valid = ValidateSandboxId(id);
+  if (!valid) return std::unexpected(std::move(valid.error()));
+  std::lock_guard lock(mu_);
+  auto tx = Transaction::Begin(db_);
+  if (!tx) return std::unexpected(std::move(tx.error()));
+  auto record = GetLocked(id);
+  if (!record) return std::unexpected(std::move(record.error()));
+  if (record->state == SandboxState::kDestroyed) {
+    return Fail(ErrorCode::kFailedPrecondition, "sandbox " + std::string(id) + " is destroyed");
+  }
+  SandboxRecord updated = *record;
+  edit(updated);
+  updated.updated_at_ms = options_.now_ms();
+  auto fields = ValidateFields(updated);
+  if (!fields) return std::unexpected(std::move(fields.error()));
+  auto written = UpdateLocked(updated);
+  if (!written) return std::unexpected(std::move(written.error()));
+  auto committed = tx->Commit();
+  if (!committed) return std::unexpected(std::move(committed.error()));
+  return updated;
+}
+
+Result<SandboxRecord> Store::UpdateTtl(std::string_view id, int64_t expires_at_ms) {
+  return EditUnlessDestroyed(id, [&](SandboxRecord& r) { r.expires_at_ms = expires_at_ms; });
+}
+
+Result<SandboxRecord> Store::UpdateMetadata(std::string_view id,
+                                            std::map<std::string, std::string> metadata) {
+  return EditUnlessDestroyed(id, [&](SandboxRecord& r) { r.metadata = std::move(metadata); });
+}
+
+Result<SandboxRecord> Store::SetRuntimeInfo(std::string_view id, int64_t init_pid,
+                                            std::map<std::string, std::string> resources) {
+  return EditUnlessDestroyed(id, [&](SandboxRecord& r) {
+    r.init_pid = init_pid;
+    r.resources = std::move(resources);
+  });
+}
+
+Status Store::Delete(std::string_view id) {
+  auto valid = ValidateSandboxId(id);
+  if (!valid) return valid;
+  std::lock_guard lock(mu_);
+  auto tx = Transaction::Begin(db_);
+  if (!tx) return std::unexpected(std::move(tx.error()));
+  auto record = GetLocked(id);
+  if (!record) return std::unexpected(std::move(record.error()));
+  const SandboxState destroyed[] = {SandboxState::kDestroyed};
+  auto fits = RequireState(id, record->state, destroyed);
+  if (!fits) return fits;
+  auto stmt = db_.Prepare("DELETE FROM sandboxes WHERE id = ?");
+  if (!stmt) return std::unexpected(std::move(stmt.error()));
+  stmt->Bind(1, id);
+  auto done = stmt->Run();
+  if (!done) return std::unexpected(std::move(done.error()).Wrap("deleting " + std::string(id)));
+  return tx->Commit();
+}
+
+Result<int64_t> Store::PurgeDestroyed(int64_t cutoff_ms) {
+  std::lock_guard lock(mu_);
+  auto stmt = db_.Prepare("DELETE FROM sandboxes WHERE state = 'destroyed' AND updated_at_ms < ?");
+  if (!stmt) return std::unexpected(std::move(stmt.error()));
+  stmt->Bind(1, cutoff_ms);
+  auto done = stmt->Run();
+  if (!done) return std::unexpected(std::move(done.error()).Wrap("purging destroyed records"));
+  return db_.Changes();
+}
+
+Result<std::vector<std::string>> Store::Expired(int64_t now_ms) {
+  std::lock_guard lock(mu_);
+  auto stmt = db_.Prepare(
+      "SELECT id FROM sandboxes WHERE expires_at_ms > 0 AND expires_at_ms <= ? "
+      "AND state NOT IN ('destroying', 'destroyed') ORDER BY expires_at_ms, rowid");
+  if (!stmt) return std::unexpected(std::move(stmt.error()));
+  stmt->Bind(1, now_ms);
+  std::vector<std::string> ids;
+  while (true) {
+    auto row = stmt->Step();
+    if (!row) return std::unexpected(std::move(row.error()).Wrap("finding expired sandboxes"));
+    if (!*row) break;
+    ids.push_back(stmt->ColumnText(0));
+  }
+  return ids;
+}
+
+Result<std::map<SandboxState, int64_t>> Store::CountByState() {
+  std::map<SandboxState, int64_t> counts;
+  for (SandboxState s : kAllSandboxStates) counts[s] = 0;
+  std::lock_guard lock(mu_);
+  auto stmt = db_.Prepare("SELECT state, count(*) FROM sandboxes GROUP BY state");
+  if (!stmt) return std::unexpected(std::move(stmt.error()));
+  while (true) {
+    auto row = stmt->Step();
+    if (!row) return std::unexpected(std::move(row.error()).Wrap("counting sandboxes"));
+    if (!*row) break;
+    auto state = ParseSandboxState(stmt->ColumnText(0));
+    if (!state) return Fail(ErrorCode::kInternal, "unknown state " + stmt->ColumnText(0));
+    counts[*state] = stmt->ColumnInt(1);
+  }
+  return counts;
+}
+
+Status Store::CheckIntegrity() {
+  std::lock_guard lock(mu_);
+  auto report = db_.PragmaText("integrity_check");
+  if (!report) return std::unexpected(std::move(report.error()));
+  if (*report != "ok") return Fail(ErrorCode::kInternal, "integrity_check: " + *report);
+  return {};
+}
+
+}  // namespace airlock::store

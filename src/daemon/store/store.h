@@ -1,0 +1,179 @@
+#pragma once
+// Store: airlockd's durable records (sandboxes and API keys) in one SQLite database in WAL
+// mode under the state dir. docs/design/store.md has the schema and the durability argument.
+//
+// Contract shared by every method:
+//  - Thread-safe: one connection behind one mutex, so calls are serialized. Each call is a
+//    single short transaction; none waits on anything but the disk.
+//  - A write that returned success is committed with synchronous=FULL: it survives SIGKILL of
+//    the daemon and a power cut.
+//  - Ids are checked with ValidateSandboxId (kInvalidArgument) before any SQL runs. Strings are
+//    always bound as parameters, never spliced into SQL.
+//  - State checks happen inside the write transaction, so check-then-write is atomic.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/error.h"
+#include "daemon/store/sandbox_state.h"
+#include "daemon/store/sqlite.h"
+
+namespace airlock::store {
+
+struct SandboxLimits {
+  double cpus = 0;        // CPU quota in cores; 0 = none
+  int64_t memory_mb = 0;  // 0 = none
+  int64_t pids_max = 0;   // 0 = none
+  int64_t disk_mb = 0;    // writable layer cap; 0 = none
+  bool operator==(const SandboxLimits&) const = default;
+};
+
+struct SandboxRecord {
+  std::string id;  // "sbx-..."; must pass ValidateSandboxId
+  SandboxState state = SandboxState::kCreating;
+  std::string engine;         // "jail", "gvisor", "microvm"
+  std::string template_name;  // the template it was created from
+  SandboxLimits limits;
+  std::vector<std::string> env;                  // "NAME=value"
+  std::map<std::string, std::string> metadata;   // the user's labels; filterable by List
+  int64_t created_at_ms = 0;                     // unix ms, set by the store on Insert
+  int64_t updated_at_ms = 0;                     // unix ms, set by the store on every write
+  int64_t expires_at_ms = 0;                     // absolute unix ms TTL deadline; 0 = none
+  int64_t init_pid = 0;                          // host pid of the sandbox's init; 0 = none
+  std::map<std::string, std::string> resources;  // what the engine made (cgroup dirs, uid base)
+  std::string error;                             // why it failed / could not be recovered
+  bool operator==(const SandboxRecord&) const = default;
+};
+
+struct ListFilter {
+  std::vector<SandboxState> states;                           // any of these; empty = every state
+  std::vector<std::pair<std::string, std::string>> metadata;  // key == value, all ANDed
+};
+
+struct KeyInfo {
+  int64_t id = 0;
+  std::string name;
+  int64_t created_at_ms = 0;
+  bool admin = false;
+  bool revoked = false;
+};
+
+struct NewKey {
+  KeyInfo info;
+  std::string plaintext;  // "al_" + 64 hex digits; shown once, never stored
+};
+
+enum class AdminKeyState {
+  kCreated,      // first start: a new admin key was written to STATE_DIR/admin.key
+  kAdopted,      // admin.key existed without its hash in the database (a crash between the
+                 // two writes); its key was stored
+  kPresent,      // an admin key exists and admin.key is there: nothing to do
+  kFileMissing,  // an admin key exists but admin.key is gone; NOT recreated (log it: the
+                 // operator deleted it or it was lost; a new key needs an explicit action)
+};
+
+struct StoreOptions {
+  // Wall clock in unix ms for created_at / updated_at / key creation. Tests inject one.
+  std::function<int64_t()> now_ms;
+};
+
+class Store {
+ public:
+  // Opens the database at `path` (creating it 0600 if missing), sets WAL + synchronous=FULL +
+  // busy_timeout + foreign_keys, and migrates the schema to the current version. Fails with
+  // kFailedPrecondition on a database from a newer Airlock.
+  [[nodiscard]] static Result<std::unique_ptr<Store>> Open(const std::string& path,
+                                                           StoreOptions options = {});
+
+  // The schema version this build writes (PRAGMA user_version).
+  static int CurrentSchemaVersion();
+
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // --- Sandboxes -------------------------------------------------------------------------
+
+  // Adds a record in state creating, before any resource exists. Sets created/updated_at.
+  // kAlreadyExists if the id is taken; kInvalidArgument for a bad id, state or limits.
+  [[nodiscard]] Result<SandboxRecord> Insert(SandboxRecord record);
+  // kNotFound if there is no such record.
+  [[nodiscard]] Result<SandboxRecord> Get(std::string_view id);
+  // Records matching `filter`, oldest first.
+  [[nodiscard]] Result<std::vector<SandboxRecord>> List(const ListFilter& filter = {});
+
+  // Moves `id` to `to`, atomically: its current state must be one of `from` (empty: any state
+  // the table lets reach `to`) and the pair must be in AllowedTransitions(). Otherwise
+  // kFailedPrecondition (409) "sandbox sbx-.. is paused, not running". `mutate`, if given,
+  // edits the record in the same transaction (id, state and created_at are kept).
+  [[nodiscard]] Result<SandboxRecord> Transition(
+      std::string_view id, std::span<const SandboxState> from, SandboxState to,
+      const std::function<void(SandboxRecord&)>& mutate = {});
+  // Transition to failed from wherever the table allows, recording `error`.
+  [[nodiscard]] Result<SandboxRecord> MarkFailed(std::string_view id, std::string_view error);
+
+  // Sets the absolute TTL deadline (0 clears it). Refused (409) once destroyed.
+  [[nodiscard]] Result<SandboxRecord> UpdateTtl(std::string_view id, int64_t expires_at_ms);
+  // Replaces the whole metadata map. Refused (409) once destroyed.
+  [[nodiscard]] Result<SandboxRecord> UpdateMetadata(std::string_view id,
+                                                     std::map<std::string, std::string> metadata);
+  // Records what the engine made, for recovery. Refused (409) once destroyed.
+  [[nodiscard]] Result<SandboxRecord> SetRuntimeInfo(std::string_view id, int64_t init_pid,
+                                                     std::map<std::string, std::string> resources);
+
+  // Removes one destroyed record (409 if it is not destroyed, 404 if absent).
+  [[nodiscard]] Status Delete(std::string_view id);
+  // Removes destroyed records last updated before `cutoff_ms`; returns how many.
+  [[nodiscard]] Result<int64_t> PurgeDestroyed(int64_t cutoff_ms);
+
+  // Ids whose deadline is set and <= now_ms, not already destroying or destroyed; oldest
+  // deadline first. The reaper destroys them.
+  [[nodiscard]] Result<std::vector<std::string>> Expired(int64_t now_ms);
+  // Number of records in each state, every state present (for /metrics).
+  [[nodiscard]] Result<std::map<SandboxState, int64_t>> CountByState();
+
+  // --- API keys (api_keys.cc) ------------------------------------------------------------
+
+  // A new random key; only its SHA-256 is stored. `name`: 1-64 printable ASCII characters.
+  [[nodiscard]] Result<NewKey> CreateKey(std::string_view name, bool admin = false);
+  // The key `presented` (the Bearer token) belongs to, if it is not revoked. Every failure is
+  // the same kUnauthenticated error with the same message, whatever the reason.
+  [[nodiscard]] Result<KeyInfo> Authenticate(std::string_view presented);
+  [[nodiscard]] Status RevokeKey(int64_t id);
+  [[nodiscard]] Result<std::vector<KeyInfo>> ListKeys();
+  // First start: creates an admin key and writes it to `state_dir`/admin.key (0600, written
+  // to a temp file, fsynced, then linked into place so it never exists half written). Later
+  // starts change nothing; see AdminKeyState for what is reported.
+  [[nodiscard]] Result<AdminKeyState> EnsureAdminKey(const std::string& state_dir);
+
+  // --- Maintenance -----------------------------------------------------------------------
+
+  // PRAGMA integrity_check; kInternal with its report unless "ok".
+  [[nodiscard]] Status CheckIntegrity();
+
+ private:
+  Store(Database db, StoreOptions options);
+  [[nodiscard]] Status Migrate();
+  // Reads one record inside the caller's lock / transaction.
+  [[nodiscard]] Result<SandboxRecord> GetLocked(std::string_view id);
+  // Writes every mutable column of `record` (which must exist).
+  [[nodiscard]] Status UpdateLocked(const SandboxRecord& record);
+  // Get, check the state is not destroyed, edit, write: one transaction.
+  [[nodiscard]] Result<SandboxRecord> EditUnlessDestroyed(
+      std::string_view id, const std::function<void(SandboxRecord&)>& edit);
+  [[nodiscard]] Result<KeyInfo> InsertKeyLocked(std::string_view name, std::string_view hash_hex,
+                                                bool admin);
+
+  std::mutex mu_;
+  Database db_;  // guarded by mu_
+  StoreOptions options_;
+};
+
+}  // namespace airlock::store

@@ -1,0 +1,705 @@
+// The API's edge: every request type refuses malformed and hostile input with kInvalidArgument
+// and a message naming the problem; valid input round-trips with defaults applied; responses
+// render with the documented shapes.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+#include "daemon/api/base64.h"
+#include "daemon/api/json.h"
+#include "daemon/api/query.h"
+#include "daemon/api/render.h"
+#include "daemon/api/types.h"
+#include "daemon/api/utf8.h"
+
+namespace airlock::api {
+namespace {
+
+using nlohmann::json;
+using namespace std::string_literals;
+
+// ---------------------------------------------------------------------------------------------
+// Malformed and hostile requests.
+
+enum class Kind { kCreate, kPatch, kExec, kFileRead, kFileWrite, kFileDelete, kMkdir, kList };
+
+struct BadCase {
+  const char* name;
+  Kind kind;
+  std::string input;     // a JSON body, or a raw query string for the query kinds
+  std::string expected;  // a substring of the message
+};
+
+// Runs `input` through the parser for `kind`; returns the error, or nullopt if it was accepted.
+std::optional<Error> RunParser(Kind kind, const std::string& input) {
+  auto error_of = [](auto result) -> std::optional<Error> {
+    if (result) return std::nullopt;
+    return result.error();
+  };
+  auto query = [&](auto parse) -> std::optional<Error> {
+    auto params = ParseQueryString(input);
+    if (!params) return params.error();
+    return parse(*params);
+  };
+  switch (kind) {
+    case Kind::kCreate:
+      return error_of(CreateSandboxRequest::FromJson(input));
+    case Kind::kPatch:
+      return error_of(PatchSandboxRequest::FromJson(input));
+    case Kind::kExec:
+      return error_of(ExecRequest::FromJson(input));
+    case Kind::kFileRead:
+      return query(
+          [&](const QueryParams& p) { return error_of(FileQuery::FromQuery(p, FileOp::kRead)); });
+    case Kind::kFileWrite:
+      return query(
+          [&](const QueryParams& p) { return error_of(FileQuery::FromQuery(p, FileOp::kWrite)); });
+    case Kind::kFileDelete:
+      return query(
+          [&](const QueryParams& p) { return error_of(FileQuery::FromQuery(p, FileOp::kDelete)); });
+    case Kind::kMkdir:
+      return query(
+          [&](const QueryParams& p) { return error_of(FileQuery::FromQuery(p, FileOp::kMkdir)); });
+    case Kind::kList:
+      return query([&](const QueryParams& p) { return error_of(ListFilter::FromQuery(p)); });
+  }
+  return std::nullopt;
+}
+
+const std::string kLongKey(65, 'k');
+
+std::vector<BadCase> BadCases() {
+  std::string many_env = "{";
+  for (int i = 0; i < 257; ++i) many_env += (i ? ",\"K" : "\"K") + std::to_string(i) + "\":\"v\"";
+  many_env += "}";
+  std::string many_filters;
+  for (int i = 0; i < 65; ++i) many_filters += "&metadata.k" + std::to_string(i) + "=v";
+  std::string many_meta = "{";
+  for (int i = 0; i < 65; ++i) many_meta += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":\"v\"";
+  many_meta += "}";
+  return {
+      // Bodies that are not a JSON object.
+      {"EmptyBody", Kind::kCreate, "", "request body is empty"},
+      {"InvalidJson", Kind::kCreate, "{\"cpus\": }", "not valid JSON"},
+      {"TrailingGarbage", Kind::kCreate, "{} x", "not valid JSON"},
+      {"ArrayBody", Kind::kCreate, "[]", "must be a JSON object, got array"},
+      {"StringBody", Kind::kExec, "\"ls\"", "must be a JSON object, got string"},
+      {"NullBody", Kind::kPatch, "null", "must be a JSON object, got null"},
+      {"Comments", Kind::kCreate, "{/* hi */}", "not valid JSON"},
+      {"InvalidUtf8InString", Kind::kCreate, "{\"template\": \"\xC0\x80\"}", "not valid JSON"},
+      {"LoneSurrogateEscape", Kind::kExec, R"({"cmd": "\ud800"})", "not valid JSON"},
+      {"DuplicateKey", Kind::kCreate, R"({"cpus": 1, "cpus": 64})", "duplicate key \"cpus\""},
+      {"NestedDuplicateKey", Kind::kCreate, R"({"env": {"A": "1", "A": "2"}})",
+       "duplicate key \"A\""},
+      {"HugeNumber", Kind::kCreate, R"({"cpus": 1e400})", "number overflow"},
+      // Unknown fields.
+      {"UnknownField", Kind::kCreate, R"({"cpu": 2})", "unknown field \"cpu\""},
+      {"UnknownExecField", Kind::kExec, R"({"cmd": "ls", "shell": true})",
+       "unknown field \"shell\""},
+      {"UnknownPatchField", Kind::kPatch, R"({"template": "x"})", "unknown field \"template\""},
+      // Create: wrong types and out of range.
+      {"CpusNegative", Kind::kCreate, R"({"cpus": -1})",
+       "cpus must be a number in (0, 64], got -1"},
+      {"CpusZero", Kind::kCreate, R"({"cpus": 0})", "cpus must be a number in (0, 64], got 0"},
+      {"CpusTooMany", Kind::kCreate, R"({"cpus": 64.5})", "got 64.5"},
+      {"CpusString", Kind::kCreate, R"({"cpus": "2"})",
+       "cpus must be a number in (0, 64], got \"2\""},
+      {"MemoryFloat", Kind::kCreate, R"({"memory_mb": 512.5})",
+       "memory_mb must be an integer in [16, 262144], got 512.5"},
+      {"MemoryTooSmall", Kind::kCreate, R"({"memory_mb": 15})", "got 15"},
+      {"MemoryTooBig", Kind::kCreate, R"({"memory_mb": 262145})", "got 262145"},
+      {"MemoryBeyond64Bits", Kind::kCreate, R"({"memory_mb": 184467440737095516160})",
+       "memory_mb must be an integer"},
+      {"MemoryBool", Kind::kCreate, R"({"memory_mb": true})", "got true"},
+      {"PidsTooFew", Kind::kCreate, R"({"pids_max": 7})",
+       "pids_max must be an integer in [8, 65536]"},
+      {"PidsNull", Kind::kCreate, R"({"pids_max": null})", "got null"},
+      {"DiskTooBig", Kind::kCreate, R"({"disk_mb": 1048577})",
+       "disk_mb must be an integer in [16, 1048576]"},
+      {"TtlZero", Kind::kCreate, R"({"ttl_seconds": 0})",
+       "ttl_seconds must be an integer in [1, 2592000], got 0"},
+      {"TtlNegative", Kind::kCreate, R"({"ttl_seconds": -5})", "got -5"},
+      {"TtlMinInt64", Kind::kCreate, R"({"ttl_seconds": -9223372036854775808})", "ttl_seconds"},
+      {"TemplateUpper", Kind::kCreate, R"({"template": "Base"})", "template must be 1-64"},
+      {"TemplateSlash", Kind::kCreate, R"({"template": "../etc"})", "got \"../etc\""},
+      {"TemplateEmpty", Kind::kCreate, R"({"template": ""})", "template must be 1-64"},
+      {"TemplateTooLong", Kind::kCreate, "{\"template\": \"" + std::string(65, 'a') + "\"}",
+       "template must be at most 64 bytes"},
+      {"TemplateNumber", Kind::kCreate, R"({"template": 7})", "template must be a string, got 7"},
+      {"EnvNotObject", Kind::kCreate, R"({"env": ["A=1"]})", "env must be an object of strings"},
+      {"EnvKeyDigit", Kind::kCreate, R"({"env": {"1A": "x"}})", "env key \"1A\" must match"},
+      {"EnvKeyEquals", Kind::kCreate, R"({"env": {"A=B": "x"}})", "env key \"A=B\""},
+      {"EnvKeyEmpty", Kind::kCreate, R"({"env": {"": "x"}})", "env key \"\""},
+      {"EnvValueNul", Kind::kCreate, R"({"env": {"A": "x\u0000y"}})",
+       "env[\"A\"] must not contain NUL"},
+      {"EnvValueNumber", Kind::kCreate, R"({"env": {"A": 1}})",
+       "env[\"A\"] must be a string, got 1"},
+      {"EnvTooMany", Kind::kCreate, "{\"env\": " + many_env + "}", "at most 256 entries, got 257"},
+      {"MetadataKeyTooLong", Kind::kCreate, "{\"metadata\": {\"" + kLongKey + "\": \"v\"}}",
+       "must be 1-64 characters of [A-Za-z0-9_.-]"},
+      {"MetadataKeySpace", Kind::kCreate, R"({"metadata": {"a b": "v"}})", "metadata key \"a b\""},
+      {"MetadataValueTooLong", Kind::kCreate,
+       "{\"metadata\": {\"k\": \"" + std::string(1025, 'v') + "\"}}",
+       "metadata[\"k\"] must be at most 1024 bytes, got 1025"},
+      {"MetadataValueObject", Kind::kCreate, R"({"metadata": {"k": {}}})",
+       "metadata[\"k\"] must be a string"},
+      {"MetadataTooMany", Kind::kCreate, "{\"metadata\": " + many_meta + "}", "at most 64 entries"},
+      // Patch.
+      {"PatchEmpty", Kind::kPatch, "{}", "at least one of ttl_seconds, metadata"},
+      {"PatchTtlString", Kind::kPatch, R"({"ttl_seconds": "60"})",
+       "ttl_seconds must be an integer"},
+      {"PatchMetadataArray", Kind::kPatch, R"({"metadata": []})", "metadata must be an object"},
+      {"PatchMetadataNumber", Kind::kPatch, R"({"metadata": {"k": 1}})",
+       "metadata[\"k\"] must be a string"},
+      // Exec.
+      {"ExecNoCommand", Kind::kExec, R"({"cwd": "/"})", "missing command"},
+      {"ExecBoth", Kind::kExec, R"({"cmd": "ls", "argv": ["ls"]})", "either cmd or argv, not both"},
+      {"ExecEmptyCmd", Kind::kExec, R"({"cmd": ""})", "cmd must not be empty"},
+      {"ExecCmdNul", Kind::kExec, R"({"cmd": "ls\u0000rm"})", "cmd must not contain NUL"},
+      {"ExecArgvString", Kind::kExec, R"({"argv": "ls -l"})", "argv must be an array of strings"},
+      {"ExecArgvEmpty", Kind::kExec, R"({"argv": []})", "argv must hold 1-4096 strings, got 0"},
+      {"ExecArgvElementNumber", Kind::kExec, R"({"argv": ["ls", "-l", "/", 3]})",
+       "argv[3] must be a string, got 3"},
+      {"ExecArgvElementNul", Kind::kExec, R"({"argv": ["ls", "a\u0000b"]})",
+       "argv[1] must not contain NUL"},
+      {"ExecArgv0Empty", Kind::kExec, R"({"argv": [""]})", "argv[0] must not be empty"},
+      {"ExecTimeoutZero", Kind::kExec, R"({"cmd": "ls", "timeout_seconds": 0})",
+       "timeout_seconds must be a number in (0, 86400], got 0"},
+      {"ExecTimeoutHuge", Kind::kExec, R"({"cmd": "ls", "timeout_seconds": 1e300})",
+       "timeout_seconds"},
+      {"ExecCwdEmpty", Kind::kExec, R"({"cmd": "ls", "cwd": ""})", "cwd must not be empty"},
+      {"ExecCwdTooLong", Kind::kExec,
+       "{\"cmd\": \"ls\", \"cwd\": \"/" + std::string(4096, 'a') + "\"}",
+       "cwd must be at most 4096 bytes"},
+      {"ExecCwdNul", Kind::kExec, R"({"cmd": "ls", "cwd": "/tmp\u0000/x"})",
+       "cwd must not contain NUL"},
+      {"ExecEnvKey", Kind::kExec, R"({"cmd": "ls", "env": {"A-B": "1"}})", "env key \"A-B\""},
+      {"ExecUserSpace", Kind::kExec, R"({"cmd": "ls", "user": "root root"})",
+       "user must be a user name"},
+      {"ExecUserUidTooBig", Kind::kExec, R"({"cmd": "ls", "user": "4294967295"})", "numeric uid"},
+      {"ExecUserNumber", Kind::kExec, R"({"cmd": "ls", "user": 0})",
+       "user must be a string, got 0"},
+      {"ExecStdinEncodingBad", Kind::kExec,
+       R"({"cmd": "cat", "stdin": "x", "stdin_encoding": "hex"})",
+       "stdin_encoding must be \"utf-8\" or \"base64\""},
+      {"ExecStdinBadBase64", Kind::kExec,
+       R"({"cmd": "cat", "stdin": "a$==", "stdin_encoding": "base64"})", "stdin: invalid base64"},
+      {"ExecStdinEncodingAlone", Kind::kExec, R"({"cmd": "cat", "stdin_encoding": "base64"})",
+       "stdin is missing"},
+      {"ExecStdinNumber", Kind::kExec, R"({"cmd": "cat", "stdin": 5})", "stdin must be a string"},
+      // Files (query strings).
+      {"FileNoPath", Kind::kFileRead, "", "missing query parameter \"path\""},
+      {"FileEmptyPath", Kind::kFileRead, "path=", "path must not be empty"},
+      {"FilePathNul", Kind::kFileRead, "path=%2Ftmp%00x", "path must not contain NUL"},
+      {"FilePathTooLong", Kind::kFileRead, "path=" + std::string(4097, 'a'),
+       "path must be at most 4096 bytes"},
+      {"FileBadEscape", Kind::kFileRead, "path=%zz", "bad percent escape"},
+      {"FileTruncatedEscape", Kind::kFileRead, "path=%2", "bad percent escape"},
+      {"FilePathTwice", Kind::kFileRead, "path=a&path=b", "\"path\" given more than once"},
+      {"FileUnknownParam", Kind::kFileRead, "path=a&mode=0644", "unknown query parameter \"mode\""},
+      {"FileNamelessParam", Kind::kFileRead, "=a", "parameter with no name"},
+      {"FileWriteModeNotOctal", Kind::kFileWrite, "path=a&mode=0999", "mode must be octal"},
+      {"FileWriteModeTooBig", Kind::kFileWrite, "path=a&mode=17777", "mode must be octal"},
+      {"FileWriteParentsBad", Kind::kFileWrite, "path=a&parents=yes",
+       "parents must be true, false, 1 or 0, got \"yes\""},
+      {"FileDeleteRecursiveEmpty", Kind::kFileDelete, "path=a&recursive", "recursive must be"},
+      {"MkdirUnknownRecursive", Kind::kMkdir, "path=a&recursive=true",
+       "unknown query parameter \"recursive\""},
+      // List filters.
+      {"ListBadState", Kind::kList, "state=zombie", "state must be one of creating, running"},
+      {"ListStateTwice", Kind::kList, "state=running&state=paused", "given more than once"},
+      {"ListUnknown", Kind::kList, "limit=5", "unknown query parameter \"limit\""},
+      {"ListMetadataBadKey", Kind::kList, "metadata.a%20b=1", "metadata filter key \"a b\""},
+      {"ListTooManyMetadataFilters", Kind::kList, many_filters, "at most 64 metadata filters"},
+      {"ListMetadataEmptyKey", Kind::kList, "metadata.=1", "metadata filter key \"\""},
+  };
+}
+
+// gtest prints the case's name instead of its bytes.
+void PrintTo(const BadCase& c, std::ostream* os) { *os << c.name; }
+
+class BadRequestTest : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(BadRequestTest, RefusedWithAMessageNamingTheProblem) {
+  const BadCase& c = GetParam();
+  std::optional<Error> error = RunParser(c.kind, c.input);
+  ASSERT_TRUE(error.has_value()) << "accepted: " << c.input.substr(0, 200);
+  EXPECT_EQ(error->code(), ErrorCode::kInvalidArgument) << error->message();
+  EXPECT_NE(error->message().find(c.expected), std::string::npos)
+      << "message: " << error->message() << "\nexpected to contain: " << c.expected;
+  EXPECT_EQ(HttpStatus(error->code()), 400);
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, BadRequestTest, ::testing::ValuesIn(BadCases()),
+                         [](const ::testing::TestParamInfo<BadCase>& param_info) {
+                           return std::string(param_info.param.name);
+                         });
+
+TEST(BadRequestTableTest, HasAtLeastFortyCases) { EXPECT_GE(BadCases().size(), 40u); }
+
+// ---------------------------------------------------------------------------------------------
+// Hostile JSON shapes.
+
+TEST(ParseJsonObjectTest, TenThousandNestedArraysAreRefusedWithoutCrashing) {
+  std::string deep = "{\"cpus\": " + std::string(10000, '[') + std::string(10000, ']') + "}";
+  auto r = CreateSandboxRequest::FromJson(deep);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(r.error().message().find("nests deeper than 32"), std::string::npos)
+      << r.error().message();
+}
+
+TEST(ParseJsonObjectTest, MillionNestedObjectsUnclosedAreRefused) {
+  std::string deep;
+  for (int i = 0; i < 1000000; ++i) deep += "{\"a\":";
+  auto r = ParseJsonObject(deep);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument);
+}
+
+TEST(ParseJsonObjectTest, DepthLimitIsExact) {
+  auto nested = [](int levels) {  // an object holding levels-1 nested arrays
+    return "{\"x\":" + std::string(levels - 1, '[') + std::string(levels - 1, ']') + "}";
+  };
+  EXPECT_TRUE(ParseJsonObject(nested(kMaxJsonDepth)).has_value());
+  EXPECT_FALSE(ParseJsonObject(nested(kMaxJsonDepth + 1)).has_value());
+}
+
+TEST(ParseJsonObjectTest, OversizedBodyIsTooLarge) {
+  std::string body = "{\"cmd\": \"" + std::string(kMaxJsonBodyBytes, 'a') + "\"}";
+  auto r = ExecRequest::FromJson(body);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code(), ErrorCode::kTooLarge);
+  EXPECT_EQ(HttpStatus(r.error().code()), 413);
+}
+
+TEST(ParseJsonObjectTest, DuplicateKeysInSiblingObjectsAreFine) {
+  EXPECT_TRUE(
+      ParseJsonObject(R"({"a": {"k": 1}, "b": {"k": 2}, "c": [{"k": 1}, {"k": 2}]})").has_value());
+}
+
+TEST(ParseJsonObjectTest, HugeIntegerBecomesARefusalNotAWrap) {
+  auto r = CreateSandboxRequest::FromJson(R"({"pids_max": 18446744073709551616})");
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message().find("pids_max must be an integer"), std::string::npos);
+  auto r2 = CreateSandboxRequest::FromJson(R"({"pids_max": 18446744073709551615})");
+  ASSERT_FALSE(r2.has_value());
+  EXPECT_NE(r2.error().message().find("got 18446744073709551615"), std::string::npos);
+}
+
+TEST(ParseJsonObjectTest, MessagesQuoteHostileValuesSafely) {
+  // A long, escape-laden unknown key: the message stays short and is pure ASCII.
+  std::string key = std::string(500, 'x') + "\n\x01\"";
+  auto r = CreateSandboxRequest::FromJson(json{{key, 1}}.dump());
+  ASSERT_FALSE(r.has_value());
+  EXPECT_LT(r.error().message().size(), 400u);
+  for (char c : r.error().message()) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << int(c);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Valid requests.
+
+TEST(CreateSandboxRequestTest, EmptyObjectGetsTheEngineDefaults) {
+  auto r = CreateSandboxRequest::FromJson("{}");
+  ASSERT_TRUE(r.has_value()) << r.error().message();
+  EXPECT_EQ(r->template_name, "base");
+  EXPECT_EQ(r->ttl_seconds, 3600);
+  EXPECT_EQ(r->limits.cpus, 1.0);
+  EXPECT_EQ(r->limits.memory_mb, 512u);
+  EXPECT_EQ(r->limits.pids_max, 256u);
+  EXPECT_EQ(r->limits.disk_mb, 1024u);
+  EXPECT_TRUE(r->env.empty());
+  EXPECT_TRUE(r->metadata.empty());
+}
+
+TEST(CreateSandboxRequestTest, EveryFieldAtItsLimits) {
+  json body = {
+      {"template", "py3.12-slim_v2"},
+      {"ttl_seconds", 30 * 24 * 3600},
+      {"cpus", 0.25},
+      {"memory_mb", 262144},
+      {"pids_max", 8},
+      {"disk_mb", 16},
+      {"env", {{"_PATH2", "/bin"}, {"EMPTY", ""}, {"UTF", "h\xC3\xA9"}}},
+      {"metadata", {{"team.name-1_x", std::string(1024, 'v')}, {"k", ""}}},
+  };
+  auto r = CreateSandboxRequest::FromJson(body.dump());
+  ASSERT_TRUE(r.has_value()) << r.error().message();
+  EXPECT_EQ(r->template_name, "py3.12-slim_v2");
+  EXPECT_EQ(r->ttl_seconds, 2592000);
+  EXPECT_EQ(r->limits.cpus, 0.25);
+  EXPECT_EQ(r->limits.memory_mb, 262144u);
+  EXPECT_EQ(r->limits.pids_max, 8u);
+  EXPECT_EQ(r->limits.disk_mb, 16u);
+  EXPECT_EQ(r->limits.tmp_mb, runtime::Limits{}.tmp_mb);
+  EXPECT_EQ(r->env.at("_PATH2"), "/bin");
+  EXPECT_EQ(r->env.at("UTF"), "h\xC3\xA9");
+  EXPECT_EQ(EnvList(r->env), (std::vector<std::string>{"EMPTY=", "UTF=h\xC3\xA9", "_PATH2=/bin"}));
+  EXPECT_EQ(r->metadata.at("team.name-1_x").size(), 1024u);
+  EXPECT_EQ(r->metadata.at("k"), "");
+}
+
+TEST(CreateSandboxRequestTest, IntegralCpusAndExactMaximaAreAccepted) {
+  auto r = CreateSandboxRequest::FromJson(R"({"cpus": 64, "pids_max": 65536, "disk_mb": 1048576,
+                                              "memory_mb": 16, "ttl_seconds": 1})");
+  ASSERT_TRUE(r.has_value()) << r.error().message();
+  EXPECT_EQ(r->limits.cpus, 64.0);
+  EXPECT_EQ(r->limits.pids_max, 65536u);
+}
+
+TEST(PatchSandboxRequestTest, MetadataIsAMergePatch) {
+  auto r = PatchSandboxRequest::FromJson(R"({"metadata": {"add": "1", "drop": null}})");
+  ASSERT_TRUE(r.has_value()) << r.error().message();
+  EXPECT_FALSE(r->ttl_seconds.has_value());
+  Metadata current = {{"drop", "x"}, {"keep", "y"}};
+  ASSERT_TRUE(r->ApplyMetadata(current).has_value());
+  EXPECT_EQ(current, (Metadata{{"add", "1"}, {"keep", "y"}}));
+}
+
+TEST(PatchSandboxRequestTest, TtlAlone) {
+  auto r = PatchSandboxRequest::FromJson(R"({"ttl_seconds": 120})");
+  ASSERT_TRUE(r.has_value()) << r.error().message();
+  EXPECT_EQ(r->ttl_seconds, 120);
+  EXPECT_TRUE(r->metadata.empty());
+}
+
+TEST(PatchSandboxRequestTest, ApplyRefusesGrowingPastTheCapAndChangesNothing) {
+  Metadata current;
+  for (int i = 0; i < 64; ++i) current["k" + std::to_string(i)] = "v";
+  auto r = PatchSandboxRequest::FromJson(R"({"metadata": {"one_more": "v"}})");
+  ASSERT_TRUE(r.has_value());
+  auto status = r->ApplyMetadata(current);
+  ASSERT_FALSE(status.has_value());
+  EXPECT_EQ(status.error().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(status.error().message().find("65 keys"), std::string::npos);
+  EXPECT_EQ(current.size(), 64u);
+  EXPECT_FALSE(current.contains("one_more"));
+}
+
+TEST(ExecRequestTest, ShellCommandWithDefaults) {
+  auto r = ExecRequest::FromJson(R"({"cmd": "echo hi | wc -c"})");
+  ASSERT_TRUE(r.has_value()) << r.error().message();
+  EXPECT_TRUE(r->is_shell());
+  EXPECT_EQ(r->cmd, "echo hi | wc -c");
+  EXPECT_TRUE(r->argv.empty());
+  EXPECT_EQ(r->timeout_seconds, 300.0);
+  EXPECT_EQ(r->cwd, "");
+  EXPECT_EQ(r->user, "");
+  EXPECT_EQ(r->stdin_data, "");
+}
+
+TEST(ExecRequestTest, ArgvWithEverything) {
+  auto r = ExecRequest::FromJson(R"j({"argv": ["python3", "-c", "print(1)", ""], "cwd": "work/dir",
+      "env": {"PYTHONUNBUFFERED": "1"}, "stdin": "h\u00e9\u0000", "timeout_seconds": 0.5,
+      "user": "1000"})j");
+  ASSERT_TRUE(r.has_value()) << r.error().message();
+  EXPECT_FALSE(r->is_shell());
+  EXPECT_EQ(r->argv, (std::vector<std::string>{"python3", "-c", "print(1)", ""}));
+  EXPECT_EQ(r->cwd, "work/dir");
+  EXPECT_EQ(r->env.at("PYTHONUNBUFFERED"), "1");
+  EXPECT_EQ(r->stdin_data, "h\xC3\xA9"s + '\0');
+  EXPECT_EQ(r->timeout_seconds, 0.5);
+  EXPECT_EQ(r->user, "1000");
+}
+
+TEST(ExecRequestTest, Base64StdinIsDecoded) {
+  auto r = ExecRequest::FromJson(R"({"cmd": "cat", "stdin": "AP+AwQ==", "stdin_encoding": "base64",
+                                     "user": "www-data"})");
+  ASSERT_TRUE(r.has_value()) << r.error().message();
+  EXPECT_EQ(r->stdin_data, "\x00\xFF\x80\xC1"s);
+  EXPECT_EQ(r->user, "www-data");
+}
+
+TEST(FileQueryTest, ParsesEveryParameter) {
+  auto params = ParseQueryString("path=%2Fhome%2Fuser%2Fa+b.txt&mode=0640&parents=1");
+  ASSERT_TRUE(params.has_value());
+  auto q = FileQuery::FromQuery(*params, FileOp::kWrite);
+  ASSERT_TRUE(q.has_value()) << q.error().message();
+  EXPECT_EQ(q->path, "/home/user/a b.txt");
+  EXPECT_EQ(q->mode, 0640u);
+  EXPECT_TRUE(q->parents);
+  EXPECT_FALSE(q->recursive);
+
+  auto del = FileQuery::FromQuery({{"path", "../x"}, {"recursive", "true"}}, FileOp::kDelete);
+  ASSERT_TRUE(del.has_value()) << del.error().message();
+  EXPECT_EQ(del->path, "../x");
+  EXPECT_TRUE(del->recursive);
+  EXPECT_FALSE(del->mode.has_value());
+}
+
+TEST(FileQueryTest, PathAtTheLimitIsAccepted) {
+  auto q = FileQuery::FromQuery({{"path", std::string(4096, 'a')}}, FileOp::kTarGet);
+  ASSERT_TRUE(q.has_value()) << q.error().message();
+}
+
+TEST(ListFilterTest, StateAndMetadata) {
+  auto params = ParseQueryString("state=running&metadata.team=ml&metadata.run=7&&");
+  ASSERT_TRUE(params.has_value());
+  auto f = ListFilter::FromQuery(*params);
+  ASSERT_TRUE(f.has_value()) << f.error().message();
+  EXPECT_EQ(f->state, "running");
+  EXPECT_EQ(f->metadata, (Metadata{{"run", "7"}, {"team", "ml"}}));
+  EXPECT_TRUE(f->Matches("running", {{"team", "ml"}, {"run", "7"}, {"other", "x"}}));
+  EXPECT_FALSE(f->Matches("paused", {{"team", "ml"}, {"run", "7"}}));
+  EXPECT_FALSE(f->Matches("running", {{"team", "ml"}}));
+  EXPECT_FALSE(f->Matches("running", {{"team", "ml"}, {"run", "8"}}));
+}
+
+TEST(ListFilterTest, EmptyMatchesEverything) {
+  auto f = ListFilter::FromQuery({});
+  ASSERT_TRUE(f.has_value());
+  EXPECT_TRUE(f->Matches("destroyed", {}));
+}
+
+// ---------------------------------------------------------------------------------------------
+// UTF-8.
+
+TEST(Utf8Test, Valid) {
+  EXPECT_TRUE(IsValidUtf8(""));
+  EXPECT_TRUE(IsValidUtf8("plain ascii\n"));
+  EXPECT_TRUE(IsValidUtf8("nul \0 inside"s));
+  EXPECT_TRUE(IsValidUtf8("\xC2\x80"));          // U+0080, smallest 2-byte
+  EXPECT_TRUE(IsValidUtf8("h\xC3\xA9llo"));      // é
+  EXPECT_TRUE(IsValidUtf8("\xE0\xA0\x80"));      // U+0800, smallest 3-byte
+  EXPECT_TRUE(IsValidUtf8("\xE2\x82\xAC"));      // €
+  EXPECT_TRUE(IsValidUtf8("\xED\x9F\xBF"));      // U+D7FF, just below the surrogates
+  EXPECT_TRUE(IsValidUtf8("\xEE\x80\x80"));      // U+E000, just above them
+  EXPECT_TRUE(IsValidUtf8("\xEF\xBF\xBF"));      // U+FFFF
+  EXPECT_TRUE(IsValidUtf8("\xF0\x90\x80\x80"));  // U+10000, smallest 4-byte
+  EXPECT_TRUE(IsValidUtf8("\xF0\x9F\x98\x80"));  // 😀
+  EXPECT_TRUE(IsValidUtf8("\xF4\x8F\xBF\xBF"));  // U+10FFFF, the largest
+}
+
+TEST(Utf8Test, Invalid) {
+  EXPECT_FALSE(IsValidUtf8("\xC0\x80"));          // overlong NUL
+  EXPECT_FALSE(IsValidUtf8("\xC1\xBF"));          // overlong
+  EXPECT_FALSE(IsValidUtf8("\xE0\x80\x80"));      // overlong 3-byte
+  EXPECT_FALSE(IsValidUtf8("\xE0\x9F\xBF"));      // overlong U+07FF
+  EXPECT_FALSE(IsValidUtf8("\xF0\x8F\xBF\xBF"));  // overlong U+FFFF
+  EXPECT_FALSE(IsValidUtf8("\xED\xA0\x80"));      // U+D800 surrogate
+  EXPECT_FALSE(IsValidUtf8("\xED\xBF\xBF"));      // U+DFFF surrogate
+  EXPECT_FALSE(IsValidUtf8("\xF4\x90\x80\x80"));  // U+110000
+  EXPECT_FALSE(IsValidUtf8("\xF5\x80\x80\x80"));  // lead byte beyond F4
+  EXPECT_FALSE(IsValidUtf8("\xFF"));
+  EXPECT_FALSE(IsValidUtf8("\x80"));              // lone continuation
+  EXPECT_FALSE(IsValidUtf8("a\xC3"));             // truncated 2-byte
+  EXPECT_FALSE(IsValidUtf8("\xE2\x82"));          // truncated 3-byte
+  EXPECT_FALSE(IsValidUtf8("\xF0\x9F\x98"));      // truncated 4-byte
+  EXPECT_FALSE(IsValidUtf8("\xE2\x28\xA1"));      // bad continuation
+  EXPECT_FALSE(IsValidUtf8("\xF0\x9F\x98\x41"));  // bad last continuation
+  EXPECT_FALSE(IsValidUtf8("\xC3\xA9\xC3"));      // valid then truncated
+}
+
+// ---------------------------------------------------------------------------------------------
+// Base64 (RFC 4648 section 10 vectors).
+
+TEST(Base64Test, Rfc4648Vectors) {
+  const std::pair<std::string, std::string> vectors[] = {
+      {"", ""},
+      {"f", "Zg=="},
+      {"fo", "Zm8="},
+      {"foo", "Zm9v"},
+      {"foob", "Zm9vYg=="},
+      {"fooba", "Zm9vYmE="},
+      {"foobar", "Zm9vYmFy"},
+  };
+  for (const auto& [plain, encoded] : vectors) {
+    EXPECT_EQ(Base64Encode(plain), encoded);
+    auto decoded = Base64Decode(encoded);
+    ASSERT_TRUE(decoded.has_value()) << encoded << ": " << decoded.error().message();
+    EXPECT_EQ(*decoded, plain);
+  }
+}
+
+TEST(Base64Test, EveryByteRoundTrips) {
+  std::string all;
+  for (int i = 0; i < 256; ++i) all += static_cast<char>(i);
+  for (size_t len = 0; len <= all.size(); len += 37) {
+    const std::string part = all.substr(all.size() - len);
+    auto decoded = Base64Decode(Base64Encode(part));
+    ASSERT_TRUE(decoded.has_value());
+    EXPECT_EQ(*decoded, part);
+  }
+  EXPECT_EQ(Base64Encode("\xFB\xFF\xBF"), "+/+/");
+}
+
+TEST(Base64Test, StrictRejects) {
+  const char* bad[] = {
+      "Zg",                    // no padding
+      "Zg=",                   // short padding
+      "Zm9v\n",                // a line break
+      "Zm 9v",                 // a space (and a length not a multiple of 4)
+      "Zm9v Zg==",             // a space
+      "Zm-v",                  // base64url alphabet
+      "Zm_v",                  // base64url alphabet
+      "Z===",                  // too much padding
+      "====",                  // nothing but padding
+      "Zg==Zm9v",              // padding in the middle
+      "Zm=v",                  // '=' before data
+      "Zh==",                  // non-zero padding bits (canonical is Zg==)
+      "Zm9=",                  // non-zero padding bits (canonical is Zm8=)
+      "Zm9v\x80\x80\x80\x80",  // bytes beyond ASCII
+  };
+  for (const char* text : bad) {
+    auto r = Base64Decode(text);
+    EXPECT_FALSE(r.has_value()) << "accepted " << text;
+    if (!r) {
+      EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(r.error().message().find("base64"), std::string::npos) << r.error().message();
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Responses.
+
+TEST(RenderTest, Timestamps) {
+  using namespace std::chrono;
+  EXPECT_EQ(FormatTimestamp(system_clock::time_point{}), "1970-01-01T00:00:00.000Z");
+  // 2024-02-29T23:59:59.999Z, a leap day.
+  const auto t = sys_days{year{2024} / 2 / 29} + 23h + 59min + 59s + 999ms + 999us;
+  EXPECT_EQ(FormatTimestamp(time_point_cast<system_clock::duration>(t)),
+            "2024-02-29T23:59:59.999Z");
+  // Before the epoch: truncated toward the past, not toward zero.
+  EXPECT_EQ(FormatTimestamp(system_clock::time_point{} - 1ms), "1969-12-31T23:59:59.999Z");
+}
+
+TEST(RenderTest, Sandbox) {
+  using namespace std::chrono;
+  SandboxView view;
+  view.id = "sbx-abcdefghijklmnop";
+  view.state = "running";
+  view.template_name = "base";
+  view.engine = "jail";
+  view.created_at = system_clock::time_point{} + 1714566896789ms;
+  view.expires_at = view.created_at + 3600s;
+  view.limits.cpus = 0.5;
+  view.metadata = {{"team", "ml"}};
+  const json doc = json::parse(RenderSandbox(view));
+  EXPECT_EQ(doc["id"], "sbx-abcdefghijklmnop");
+  EXPECT_EQ(doc["state"], "running");
+  EXPECT_EQ(doc["template"], "base");
+  EXPECT_EQ(doc["engine"], "jail");
+  EXPECT_EQ(doc["created_at"], "2024-05-01T12:34:56.789Z");
+  EXPECT_EQ(doc["expires_at"], "2024-05-01T13:34:56.789Z");
+  EXPECT_EQ(doc["limits"],
+            json({{"cpus", 0.5}, {"memory_mb", 512}, {"pids_max", 256}, {"disk_mb", 1024}}));
+  EXPECT_EQ(doc["metadata"], json({{"team", "ml"}}));
+  EXPECT_FALSE(doc.contains("env"));
+
+  const json list = json::parse(RenderSandboxList(std::vector<SandboxView>{view, view}));
+  ASSERT_EQ(list["sandboxes"].size(), 2u);
+  EXPECT_EQ(list["sandboxes"][1], doc);
+  EXPECT_EQ(json::parse(RenderSandboxList({}))["sandboxes"], json::array());
+  EXPECT_EQ(json::parse(RenderSandbox(SandboxView{}))["metadata"], json::object());
+}
+
+TEST(RenderTest, ExecResultTextAndBinary) {
+  ExecResultView r;
+  r.exit_code = 3;
+  r.stdout_bytes = "h\xC3\xA9llo\n";
+  r.stderr_bytes = "\xFF\xFE\x00"s;
+  r.duration_ms = 42;
+  r.truncated = true;
+  const json doc = json::parse(RenderExecResult(r));
+  EXPECT_EQ(doc["exit_code"], 3);
+  EXPECT_TRUE(doc["signal"].is_null());
+  EXPECT_EQ(doc["stdout"], "h\xC3\xA9llo\n");
+  EXPECT_EQ(doc["stdout_encoding"], "utf-8");
+  EXPECT_EQ(doc["stderr"], "//4A");
+  EXPECT_EQ(doc["stderr_encoding"], "base64");
+  EXPECT_EQ(doc["duration_ms"], 42);
+  EXPECT_EQ(doc["timed_out"], false);
+  EXPECT_EQ(doc["oom_killed"], false);
+  EXPECT_EQ(doc["truncated"], true);
+}
+
+TEST(RenderTest, ExecResultKilledBySignal) {
+  ExecResultView r;
+  r.exit_code = -1;
+  r.signal = 9;
+  r.timed_out = true;
+  r.oom_killed = true;
+  r.stdout_bytes = "\xED\xA0\x80";  // a surrogate: not UTF-8, so base64
+  const json doc = json::parse(RenderExecResult(r));
+  EXPECT_TRUE(doc["exit_code"].is_null());
+  EXPECT_EQ(doc["signal"], 9);
+  EXPECT_EQ(doc["timed_out"], true);
+  EXPECT_EQ(doc["oom_killed"], true);
+  EXPECT_EQ(doc["stdout_encoding"], "base64");
+  EXPECT_EQ(*Base64Decode(doc["stdout"].get<std::string>()), "\xED\xA0\x80");
+  EXPECT_EQ(doc["stderr"], "");
+  EXPECT_EQ(doc["stderr_encoding"], "utf-8");
+}
+
+TEST(RenderTest, FileList) {
+  std::vector<FileEntryView> entries(2);
+  entries[0] = {"a.txt", "file", 0644, 10, {}, ""};
+  entries[1] = {"\xFF", "symlink", 0777, 1, {}, "a.txt"};
+  const json doc = json::parse(RenderFileList("/home/user", entries));
+  EXPECT_EQ(doc["path"], "/home/user");
+  ASSERT_EQ(doc["entries"].size(), 2u);
+  EXPECT_EQ(doc["entries"][0]["name"], "a.txt");
+  EXPECT_EQ(doc["entries"][0]["mode"], "0644");
+  EXPECT_EQ(doc["entries"][0]["mtime"], "1970-01-01T00:00:00.000Z");
+  EXPECT_FALSE(doc["entries"][0].contains("link_target"));
+  EXPECT_EQ(doc["entries"][1]["name"], "/w==");
+  EXPECT_EQ(doc["entries"][1]["name_encoding"], "base64");
+  EXPECT_EQ(doc["entries"][1]["link_target"], "a.txt");
+}
+
+TEST(ErrorBodyTest, EveryCodeHasItsStatusAndName) {
+  const std::pair<ErrorCode, int> expected[] = {
+      {ErrorCode::kInvalidArgument, 400},    {ErrorCode::kNotFound, 404},
+      {ErrorCode::kAlreadyExists, 409},      {ErrorCode::kPermissionDenied, 403},
+      {ErrorCode::kFailedPrecondition, 409}, {ErrorCode::kResourceExhausted, 429},
+      {ErrorCode::kTooLarge, 413},           {ErrorCode::kUnauthenticated, 401},
+      {ErrorCode::kUnimplemented, 501},      {ErrorCode::kUnavailable, 503},
+      {ErrorCode::kDeadlineExceeded, 504},   {ErrorCode::kProtocol, 502},
+      {ErrorCode::kInternal, 500},
+  };
+  size_t covered = 0;
+  for (uint16_t v = 0; v < 64; ++v) covered += IsValidErrorCode(v);
+  ASSERT_EQ(covered, std::size(expected)) << "a new ErrorCode needs a row here";
+  for (const auto& [code, status] : expected) {
+    const HttpError e = ErrorBody(Error(code, "what happened"));
+    EXPECT_EQ(e.status, status) << ErrorCodeName(code);
+    const json doc = json::parse(e.body);
+    EXPECT_EQ(doc,
+              json({{"error",
+                     {{"code", std::string(ErrorCodeName(code))}, {"message", "what happened"}}}}));
+  }
+}
+
+TEST(ErrorBodyTest, NonUtf8MessageIsStillValidJson) {
+  const HttpError e = ErrorBody(Error(ErrorCode::kNotFound, "no file \xFF\xFE here"));
+  EXPECT_EQ(e.status, 404);
+  const json doc = json::parse(e.body);  // throws (and fails the test) if invalid
+  EXPECT_EQ(doc["error"]["message"], "no file \xEF\xBF\xBD\xEF\xBF\xBD here");
+}
+
+TEST(ErrorBodyTest, UnauthenticatedIsOneFixedAnswer) {
+  const HttpError e = UnauthenticatedBody();
+  EXPECT_EQ(e.status, 401);
+  EXPECT_EQ(
+      json::parse(e.body),
+      json({{"error", {{"code", "unauthenticated"}, {"message", "missing or invalid API key"}}}}));
+}
+
+TEST(ValidatePathTest, Rules) {
+  EXPECT_TRUE(ValidatePath("/", "path").has_value());
+  EXPECT_TRUE(ValidatePath("relative/../x", "path").has_value());
+  EXPECT_FALSE(ValidatePath("", "path").has_value());
+  EXPECT_FALSE(ValidatePath("a\0b"s, "path").has_value());
+  EXPECT_FALSE(ValidatePath(std::string(4097, 'a'), "path").has_value());
+}
+
+}  // namespace
+}  // namespace airlock::api

@@ -1,0 +1,832 @@
+#include "daemon/store/store.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/ids.h"
+#include "common/syscall.h"
+
+namespace airlock::store {
+namespace {
+
+using S = SandboxState;
+constexpr int64_t kT0 = 1'700'000'000'000;  // the fake clock's start, unix ms
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "airlock-store-XXXXXX").string();
+    AIRLOCK_CHECK(mkdtemp(tmpl.data()) != nullptr);
+    path_ = tmpl;
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Runs one query on its own connection and returns the first column of the first row.
+std::string RawQuery(const std::string& db_path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  AIRLOCK_CHECK(sqlite3_open_v2(db_path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) == SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  std::string out;
+  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr) == SQLITE_OK &&
+      sqlite3_step(stmt) == SQLITE_ROW && sqlite3_column_text(stmt, 0) != nullptr) {
+    out = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
+  }
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  return out;
+}
+
+SandboxRecord MakeRecord(std::string id) {
+  SandboxRecord r;
+  r.id = std::move(id);
+  r.engine = "jail";
+  r.template_name = "python-3.11";
+  r.limits = {1.5, 512, 256, 1024};
+  r.env = {"PATH=/usr/bin", "LANG=C.UTF-8"};
+  r.metadata = {{"owner", "alice"}, {"job", "42"}};
+  return r;
+}
+
+class StoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Reopen(); }
+
+  void Reopen() {
+    store_.reset();
+    auto opened = Store::Open(db_path_, {.now_ms = [this] { return now_.load(); }});
+    ASSERT_TRUE(opened.has_value()) << opened.error().message();
+    store_ = std::move(*opened);
+  }
+
+  // Inserts a record and drives it to `state` through allowed transitions.
+  SandboxRecord InState(const std::string& id, SandboxState state,
+                        std::map<std::string, std::string> metadata = {}) {
+    SandboxRecord record = MakeRecord(id);
+    if (!metadata.empty()) record.metadata = std::move(metadata);
+    auto inserted = store_->Insert(record);
+    AIRLOCK_CHECK(inserted.has_value());
+    std::vector<SandboxState> path;
+    switch (state) {
+      case S::kCreating:
+        break;
+      case S::kRunning:
+        path = {S::kRunning};
+        break;
+      case S::kPaused:
+        path = {S::kRunning, S::kPaused};
+        break;
+      case S::kFailed:
+        path = {S::kFailed};
+        break;
+      case S::kDestroying:
+        path = {S::kDestroying};
+        break;
+      case S::kDestroyed:
+        path = {S::kDestroying, S::kDestroyed};
+        break;
+    }
+    SandboxRecord r = *inserted;
+    for (SandboxState next : path) {
+      auto moved = store_->Transition(id, {}, next);
+      AIRLOCK_CHECK(moved.has_value());
+      r = *moved;
+    }
+    AIRLOCK_CHECK(r.state == state);
+    return r;
+  }
+
+  TempDir dir_;
+  std::string db_path_ = dir_.path() + "/store.db";
+  std::atomic<int64_t> now_{kT0};
+  std::unique_ptr<Store> store_;
+};
+
+// --- Opening ---------------------------------------------------------------------------------
+
+TEST_F(StoreTest, OpenCreatesSchemaInWalModeWithPrivateFile) {
+  EXPECT_EQ(RawQuery(db_path_, "PRAGMA user_version"),
+            std::to_string(Store::CurrentSchemaVersion()));
+  EXPECT_GE(Store::CurrentSchemaVersion(), 1);
+  EXPECT_EQ(RawQuery(db_path_, "PRAGMA journal_mode"), "wal");
+  EXPECT_EQ(RawQuery(db_path_, "SELECT count(*) FROM sqlite_master WHERE name = 'sandboxes'"), "1");
+  struct stat st {};
+  ASSERT_EQ(::stat(db_path_.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_TRUE(store_->Insert(MakeRecord("sbx-a")).has_value());
+  ASSERT_EQ(::stat((db_path_ + "-wal").c_str(), &st), 0) << "no WAL file after a write";
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_TRUE(store_->CheckIntegrity().has_value());
+}
+
+TEST_F(StoreTest, ReopenKeepsRecordsAndDoesNotRemigrate) {
+  ASSERT_TRUE(store_->Insert(MakeRecord("sbx-keep")).has_value());
+  Reopen();
+  Reopen();
+  auto got = store_->Get("sbx-keep");
+  ASSERT_TRUE(got.has_value()) << got.error().message();
+  EXPECT_EQ(got->engine, "jail");
+}
+
+TEST_F(StoreTest, RefusesDatabaseFromNewerSchema) {
+  store_.reset();
+  RawQuery(db_path_, "PRAGMA user_version = 999");
+  auto opened = Store::Open(db_path_);
+  ASSERT_FALSE(opened.has_value());
+  EXPECT_EQ(opened.error().code(), ErrorCode::kFailedPrecondition);
+  EXPECT_NE(opened.error().message().find("999"), std::string::npos) << opened.error().message();
+}
+
+TEST(StoreOpenTest, FailsOnMissingDirectory) {
+  auto opened = Store::Open("/nonexistent-airlock-dir/store.db");
+  ASSERT_FALSE(opened.has_value());
+  EXPECT_EQ(opened.error().code(), ErrorCode::kNotFound) << opened.error().message();
+}
+
+// --- Records ---------------------------------------------------------------------------------
+
+TEST_F(StoreTest, InsertThenGetRoundTripsEveryField) {
+  SandboxRecord r = MakeRecord("sbx-round");
+  r.expires_at_ms = kT0 + 60'000;
+  r.init_pid = 1234;
+  r.resources = {{"cgroup", "/sys/fs/cgroup/airlock/sbx-round"}, {"uid_base", "165536"}};
+  r.error = "none yet";
+  r.created_at_ms = 1;  // ignored: the store sets the times
+  auto inserted = store_->Insert(r);
+  ASSERT_TRUE(inserted.has_value()) << inserted.error().message();
+  EXPECT_EQ(inserted->created_at_ms, kT0);
+  EXPECT_EQ(inserted->updated_at_ms, kT0);
+  auto got = store_->Get("sbx-round");
+  ASSERT_TRUE(got.has_value()) << got.error().message();
+  EXPECT_EQ(*got, *inserted);
+  EXPECT_EQ(got->env, r.env);
+  EXPECT_EQ(got->metadata, r.metadata);
+  EXPECT_EQ(got->resources, r.resources);
+  EXPECT_EQ(got->limits, r.limits);
+}
+
+TEST_F(StoreTest, InsertOfExistingIdFailsAlreadyExists) {
+  ASSERT_TRUE(store_->Insert(MakeRecord("sbx-dup")).has_value());
+  auto again = store_->Insert(MakeRecord("sbx-dup"));
+  ASSERT_FALSE(again.has_value());
+  EXPECT_EQ(again.error().code(), ErrorCode::kAlreadyExists);
+  EXPECT_EQ(again.error().message(), "sandbox sbx-dup already exists");
+}
+
+TEST_F(StoreTest, GetOfMissingIdFailsNotFound) {
+  auto got = store_->Get("sbx-nope");
+  ASSERT_FALSE(got.has_value());
+  EXPECT_EQ(got.error().code(), ErrorCode::kNotFound);
+}
+
+TEST_F(StoreTest, InsertRefusesBadFields) {
+  SandboxRecord running = MakeRecord("sbx-x");
+  running.state = S::kRunning;
+  SandboxRecord negative = MakeRecord("sbx-y");
+  negative.limits.memory_mb = -1;
+  SandboxRecord nan = MakeRecord("sbx-z");
+  nan.limits.cpus = std::numeric_limits<double>::quiet_NaN();
+  SandboxRecord bad_ttl = MakeRecord("sbx-w");
+  bad_ttl.expires_at_ms = -5;
+  SandboxRecord bad_utf8 = MakeRecord("sbx-v");
+  bad_utf8.metadata["k"] = "\xff\xfe";
+  for (const SandboxRecord& r : {running, negative, nan, bad_ttl, bad_utf8}) {
+    auto inserted = store_->Insert(r);
+    ASSERT_FALSE(inserted.has_value()) << r.id;
+    EXPECT_EQ(inserted.error().code(), ErrorCode::kInvalidArgument) << r.id;
+    EXPECT_EQ(store_->Get(r.id).error().code(), ErrorCode::kNotFound) << r.id;
+  }
+}
+
+TEST_F(StoreTest, BadIdsAreRefusedBeforeAnySql) {
+  ASSERT_TRUE(store_->Insert(MakeRecord("sbx-ok")).has_value());
+  const std::string bad_ids[] = {"",
+                                 "-sbx",
+                                 "sbx/../../etc",
+                                 "sbx-1'; DROP TABLE sandboxes; --",
+                                 "sbx 1",
+                                 std::string(65, 'a'),
+                                 std::string("sbx\0x", 5),
+                                 "sbx-é"};
+  for (const std::string& id : bad_ids) {
+    // The error is ValidateSandboxId's own, unwrapped: no SQL ran to add context.
+    const std::string expected = ValidateSandboxId(id).error().message();
+    auto check = [&](const Error& e, const char* op) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << op << " " << id;
+      EXPECT_EQ(e.message(), expected) << op << " " << id;
+    };
+    check(store_->Insert(MakeRecord(id)).error(), "Insert");
+    check(store_->Get(id).error(), "Get");
+    check(store_->Transition(id, {}, S::kRunning).error(), "Transition");
+    check(store_->MarkFailed(id, "x").error(), "MarkFailed");
+    check(store_->UpdateTtl(id, 1).error(), "UpdateTtl");
+    check(store_->UpdateMetadata(id, {}).error(), "UpdateMetadata");
+    check(store_->SetRuntimeInfo(id, 1, {}).error(), "SetRuntimeInfo");
+    check(store_->Delete(id).error(), "Delete");
+  }
+  auto all = store_->List();
+  ASSERT_TRUE(all.has_value());
+  EXPECT_EQ(all->size(), 1u);
+}
+
+TEST_F(StoreTest, InjectionLookingValuesAreStoredVerbatim) {
+  SandboxRecord r = MakeRecord("sbx-inject");
+  r.metadata = {{"note", "'); DROP TABLE sandboxes; --"},
+                {"q\"uote", "a'b\"c\\d"},
+                {"$.path", "json_each"},
+                {"nul", std::string("a\0b", 3)}};
+  r.env = {"X=$(rm -rf /)", "Y='; DELETE FROM api_keys; --"};
+  r.template_name = "t' OR '1'='1";
+  ASSERT_TRUE(store_->Insert(r).has_value());
+  auto got = store_->Get("sbx-inject");
+  ASSERT_TRUE(got.has_value()) << got.error().message();
+  EXPECT_EQ(got->metadata, r.metadata);
+  EXPECT_EQ(got->env, r.env);
+  EXPECT_EQ(got->template_name, r.template_name);
+  auto found = store_->List({.metadata = {{"note", "'); DROP TABLE sandboxes; --"}}});
+  ASSERT_TRUE(found.has_value()) << found.error().message();
+  ASSERT_EQ(found->size(), 1u);
+  EXPECT_EQ(found->front().id, "sbx-inject");
+  auto none = store_->List({.metadata = {{"note", "' OR 1=1 --"}}});
+  ASSERT_TRUE(none.has_value());
+  EXPECT_TRUE(none->empty());
+  EXPECT_EQ(RawQuery(db_path_, "SELECT count(*) FROM sandboxes"), "1");
+}
+
+// --- The state machine -----------------------------------------------------------------------
+
+// The spec's transitions, written out independently of the table in sandbox_state.cc so an
+// edit to one without the other fails here.
+const std::set<std::pair<S, S>> kExpectedTransitions = {
+    {S::kCreating, S::kRunning},  {S::kCreating, S::kFailed},   {S::kCreating, S::kDestroying},
+    {S::kRunning, S::kPaused},    {S::kPaused, S::kRunning},    {S::kRunning, S::kDestroying},
+    {S::kPaused, S::kDestroying}, {S::kFailed, S::kDestroying}, {S::kDestroying, S::kDestroyed},
+    {S::kRunning, S::kFailed},    {S::kPaused, S::kFailed},     {S::kDestroying, S::kFailed},
+};
+
+TEST(SandboxStateTest, TableMatchesSpec) {
+  std::set<std::pair<S, S>> table;
+  for (const StateTransition& t : AllowedTransitions()) {
+    EXPECT_TRUE(table.insert({t.from, t.to}).second) << "duplicate entry";
+    EXPECT_NE(std::strlen(t.why), 0u);
+  }
+  EXPECT_EQ(table, kExpectedTransitions);
+  for (S to : kAllSandboxStates) EXPECT_FALSE(IsAllowedTransition(S::kDestroyed, to));
+}
+
+TEST(SandboxStateTest, NamesRoundTrip) {
+  std::set<std::string_view> names;
+  for (S s : kAllSandboxStates) {
+    names.insert(SandboxStateName(s));
+    EXPECT_EQ(ParseSandboxState(SandboxStateName(s)), s);
+  }
+  EXPECT_EQ(names.size(), std::size(kAllSandboxStates));
+  EXPECT_FALSE(ParseSandboxState("Running").has_value());
+  EXPECT_FALSE(ParseSandboxState("").has_value());
+}
+
+TEST_F(StoreTest, EveryStatePairIsAllowedOrRefusedAsTheTableSays) {
+  int n = 0;
+  for (S from : kAllSandboxStates) {
+    for (S to : kAllSandboxStates) {
+      std::string id = "sbx-pair-" + std::to_string(n++);
+      InState(id, from);
+      const S from_set[] = {from};
+      auto moved = store_->Transition(id, from_set, to);
+      const bool expected = kExpectedTransitions.contains({from, to});
+      const std::string what =
+          std::string(SandboxStateName(from)) + " -> " + std::string(SandboxStateName(to));
+      ASSERT_EQ(moved.has_value(), expected) << what;
+      auto now = store_->Get(id);
+      ASSERT_TRUE(now.has_value());
+      if (expected) {
+        EXPECT_EQ(moved->state, to) << what;
+        EXPECT_EQ(now->state, to) << what;
+      } else {
+        EXPECT_EQ(moved.error().code(), ErrorCode::kFailedPrecondition) << what;
+        EXPECT_EQ(HttpStatus(moved.error().code()), 409);
+        EXPECT_NE(moved.error().message().find(std::string(SandboxStateName(from))),
+                  std::string::npos)
+            << moved.error().message();
+        EXPECT_EQ(now->state, from) << what << ": a refused transition changed the record";
+      }
+    }
+  }
+}
+
+TEST_F(StoreTest, WrongStateMessageNamesCurrentAndWantedState) {
+  InState("sbx-p", S::kPaused);
+  const S running[] = {S::kRunning};
+  auto paused = store_->Transition("sbx-p", running, S::kPaused);
+  ASSERT_FALSE(paused.has_value());
+  EXPECT_EQ(paused.error().code(), ErrorCode::kFailedPrecondition);
+  EXPECT_EQ(paused.error().message(), "sandbox sbx-p is paused, not running");
+
+  InState("sbx-d", S::kDestroyed);
+  const S live[] = {S::kRunning, S::kPaused};
+  auto destroyed = store_->Transition("sbx-d", live, S::kDestroying);
+  ASSERT_FALSE(destroyed.has_value());
+  EXPECT_EQ(destroyed.error().message(), "sandbox sbx-d is destroyed, not running or paused");
+
+  auto to_creating = store_->Transition("sbx-p", {}, S::kCreating);
+  ASSERT_FALSE(to_creating.has_value());
+  EXPECT_EQ(to_creating.error().message(), "sandbox sbx-p is paused, cannot become creating");
+
+  EXPECT_EQ(RequireState("sbx-q", S::kCreating, running).error().message(),
+            "sandbox sbx-q is creating, not running");
+  EXPECT_TRUE(RequireState("sbx-q", S::kRunning, running).has_value());
+  EXPECT_EQ(store_->Transition("sbx-absent", {}, S::kRunning).error().code(), ErrorCode::kNotFound);
+}
+
+TEST_F(StoreTest, TransitionAppliesMutationButKeepsIdentity) {
+  InState("sbx-m", S::kCreating);
+  now_ = kT0 + 500;
+  auto moved = store_->Transition("sbx-m", {}, S::kRunning, [](SandboxRecord& r) {
+    r.init_pid = 4242;
+    r.resources["cgroup"] = "/sys/fs/cgroup/x";
+    r.id = "sbx-other";       // ignored
+    r.state = S::kDestroyed;  // ignored
+    r.created_at_ms = 7;      // ignored
+  });
+  ASSERT_TRUE(moved.has_value()) << moved.error().message();
+  auto got = store_->Get("sbx-m");
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(*got, *moved);
+  EXPECT_EQ(got->state, S::kRunning);
+  EXPECT_EQ(got->init_pid, 4242);
+  EXPECT_EQ(got->resources.at("cgroup"), "/sys/fs/cgroup/x");
+  EXPECT_EQ(got->created_at_ms, kT0);
+  EXPECT_EQ(got->updated_at_ms, kT0 + 500);
+  EXPECT_EQ(store_->Get("sbx-other").error().code(), ErrorCode::kNotFound);
+}
+
+TEST_F(StoreTest, MarkFailedRecordsWhyAndIsRefusedWhenTerminal) {
+  InState("sbx-f", S::kRunning);
+  auto failed = store_->MarkFailed("sbx-f", "init exited during recovery");
+  ASSERT_TRUE(failed.has_value()) << failed.error().message();
+  EXPECT_EQ(store_->Get("sbx-f")->error, "init exited during recovery");
+  EXPECT_EQ(store_->Get("sbx-f")->state, S::kFailed);
+  InState("sbx-g", S::kDestroyed);
+  auto refused = store_->MarkFailed("sbx-g", "x");
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().code(), ErrorCode::kFailedPrecondition);
+  EXPECT_EQ(store_->Get("sbx-g")->error, "");
+}
+
+TEST_F(StoreTest, EditsWorkUntilDestroyed) {
+  InState("sbx-e", S::kPaused);
+  ASSERT_TRUE(store_->UpdateTtl("sbx-e", kT0 + 10).has_value());
+  ASSERT_TRUE(store_->UpdateMetadata("sbx-e", {{"a", "b"}}).has_value());
+  ASSERT_TRUE(store_->SetRuntimeInfo("sbx-e", 99, {{"uid_base", "65536"}}).has_value());
+  auto got = store_->Get("sbx-e");
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->expires_at_ms, kT0 + 10);
+  EXPECT_EQ(got->metadata, (std::map<std::string, std::string>{{"a", "b"}}));
+  EXPECT_EQ(got->init_pid, 99);
+  EXPECT_EQ(got->resources.at("uid_base"), "65536");
+  EXPECT_EQ(got->state, S::kPaused);
+  EXPECT_EQ(store_->UpdateTtl("sbx-e", -1).error().code(), ErrorCode::kInvalidArgument);
+
+  InState("sbx-gone", S::kDestroyed);
+  for (const Error& e :
+       {store_->UpdateTtl("sbx-gone", 5).error(), store_->UpdateMetadata("sbx-gone", {}).error(),
+        store_->SetRuntimeInfo("sbx-gone", 1, {}).error()}) {
+    EXPECT_EQ(e.code(), ErrorCode::kFailedPrecondition);
+    EXPECT_EQ(e.message(), "sandbox sbx-gone is destroyed");
+  }
+  EXPECT_EQ(store_->UpdateTtl("sbx-missing", 5).error().code(), ErrorCode::kNotFound);
+}
+
+TEST_F(StoreTest, ListFiltersByStateAndMetadata) {
+  auto with_meta = [&](std::string id, std::map<std::string, std::string> meta, S state) {
+    InState(id, state, std::move(meta));
+    now_ += 1;
+  };
+  with_meta("sbx-1", {{"team", "red"}, {"env", "ci"}}, S::kRunning);
+  with_meta("sbx-2", {{"team", "red"}, {"env", "dev"}}, S::kPaused);
+  with_meta("sbx-3", {{"team", "blue"}, {"env", "ci"}}, S::kRunning);
+  with_meta("sbx-4", {{"team", "none"}}, S::kDestroyed);
+
+  auto ids = [&](const ListFilter& f) {
+    std::vector<std::string> out;
+    auto listed = store_->List(f);
+    AIRLOCK_CHECK(listed.has_value());
+    for (const auto& r : *listed) out.push_back(r.id);
+    return out;
+  };
+  using V = std::vector<std::string>;
+  EXPECT_EQ(ids({}), (V{"sbx-1", "sbx-2", "sbx-3", "sbx-4"}));
+  EXPECT_EQ(ids({.states = {S::kRunning}}), (V{"sbx-1", "sbx-3"}));
+  EXPECT_EQ(ids({.states = {S::kPaused, S::kDestroyed}}), (V{"sbx-2", "sbx-4"}));
+  EXPECT_EQ(ids({.metadata = {{"team", "red"}}}), (V{"sbx-1", "sbx-2"}));
+  EXPECT_EQ(ids({.metadata = {{"team", "red"}, {"env", "ci"}}}), (V{"sbx-1"}));
+  EXPECT_EQ(ids({.states = {S::kRunning}, .metadata = {{"env", "ci"}}}), (V{"sbx-1", "sbx-3"}));
+  EXPECT_EQ(ids({.states = {S::kPaused}, .metadata = {{"env", "ci"}}}), V{});
+  EXPECT_EQ(ids({.metadata = {{"team", "green"}}}), V{});
+  EXPECT_EQ(ids({.metadata = {{"red", "team"}}}), V{}) << "key and value must not be swapped";
+}
+
+TEST_F(StoreTest, ExpiredReturnsPassedDeadlinesOfLiveRecords) {
+  auto with_ttl = [&](std::string id, S state, int64_t expires) {
+    InState(id, state);
+    ASSERT_TRUE(store_->UpdateTtl(id, expires).has_value());
+  };
+  with_ttl("sbx-past", S::kRunning, kT0 - 1000);
+  with_ttl("sbx-exact", S::kPaused, kT0);
+  with_ttl("sbx-future", S::kRunning, kT0 + 1);
+  with_ttl("sbx-none", S::kRunning, 0);
+  with_ttl("sbx-failed", S::kFailed, kT0 - 5);
+  with_ttl("sbx-creating", S::kCreating, kT0 - 2000);
+  with_ttl("sbx-destroying", S::kDestroying, kT0 - 1000);
+  InState("sbx-destroyed", S::kDestroying);
+  ASSERT_TRUE(store_->UpdateTtl("sbx-destroyed", kT0 - 1000).has_value());
+  ASSERT_TRUE(store_->Transition("sbx-destroyed", {}, S::kDestroyed).has_value());
+
+  auto expired = store_->Expired(kT0);
+  ASSERT_TRUE(expired.has_value());
+  EXPECT_EQ(*expired,
+            (std::vector<std::string>{"sbx-creating", "sbx-past", "sbx-failed", "sbx-exact"}));
+  auto later = store_->Expired(kT0 + 1);
+  ASSERT_TRUE(later.has_value());
+  EXPECT_EQ(later->size(), 5u);
+  EXPECT_TRUE(store_->Expired(0)->empty());
+}
+
+TEST_F(StoreTest, DeleteAndPurgeRemoveOnlyDestroyedRecords) {
+  InState("sbx-live", S::kRunning);
+  InState("sbx-old", S::kDestroyed);
+  now_ = kT0 + 10'000;
+  InState("sbx-new", S::kDestroyed);
+
+  auto refused = store_->Delete("sbx-live");
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().message(), "sandbox sbx-live is running, not destroyed");
+  EXPECT_EQ(store_->Delete("sbx-absent").error().code(), ErrorCode::kNotFound);
+
+  auto purged = store_->PurgeDestroyed(kT0 + 5'000);
+  ASSERT_TRUE(purged.has_value());
+  EXPECT_EQ(*purged, 1);
+  EXPECT_EQ(store_->Get("sbx-old").error().code(), ErrorCode::kNotFound);
+  EXPECT_TRUE(store_->Get("sbx-new").has_value());
+  EXPECT_TRUE(store_->Get("sbx-live").has_value());
+
+  ASSERT_TRUE(store_->Delete("sbx-new").has_value());
+  EXPECT_EQ(store_->Get("sbx-new").error().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(*store_->PurgeDestroyed(kT0 + 1'000'000), 0);
+}
+
+TEST_F(StoreTest, CountByStateCoversEveryState) {
+  InState("sbx-a", S::kRunning);
+  InState("sbx-b", S::kRunning);
+  InState("sbx-c", S::kFailed);
+  auto counts = store_->CountByState();
+  ASSERT_TRUE(counts.has_value());
+  EXPECT_EQ(counts->size(), std::size(kAllSandboxStates));
+  EXPECT_EQ(counts->at(S::kRunning), 2);
+  EXPECT_EQ(counts->at(S::kFailed), 1);
+  EXPECT_EQ(counts->at(S::kCreating), 0);
+  EXPECT_EQ(counts->at(S::kDestroyed), 0);
+}
+
+TEST_F(StoreTest, ConcurrentInsertsAndTransitionsFromEightThreads) {
+  constexpr int kThreads = 8;
+  constexpr int kPerThread = 25;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        std::string id = "sbx-t" + std::to_string(t) + "-" + std::to_string(i);
+        if (!store_->Insert(MakeRecord(id)).has_value()) ++failures;
+        if (!store_->Transition(id, {}, S::kRunning).has_value()) ++failures;
+        if (!store_->List({.states = {S::kRunning}}).has_value()) ++failures;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  auto counts = store_->CountByState();
+  ASSERT_TRUE(counts.has_value());
+  EXPECT_EQ(counts->at(S::kRunning), kThreads * kPerThread);
+  EXPECT_TRUE(store_->CheckIntegrity().has_value());
+}
+
+// --- Durability ------------------------------------------------------------------------------
+
+// The child: inserts records forever and, every third one, destroys and deletes an earlier
+// one. "I id" / "D id" are sent only after the insert / delete was committed; "P id" before a
+// delete starts, since a delete may commit and the kill land before its "D".
+[[noreturn]] void DurabilityChild(const std::string& db_path, int ack_fd) {
+  auto opened = Store::Open(db_path);
+  if (!opened) {
+    (void)WriteAll(ack_fd, "E " + opened.error().message() + "\n");
+    _exit(1);
+  }
+  Store& store = **opened;
+  std::vector<std::string> undeleted;
+  for (int i = 0;; ++i) {
+    std::string id = NewSandboxId();
+    auto inserted = store.Insert(MakeRecord(id));
+    if (!inserted) {
+      (void)WriteAll(ack_fd, "E " + inserted.error().message() + "\n");
+      _exit(1);
+    }
+    if (!WriteAll(ack_fd, "I " + id + "\n")) _exit(1);
+    undeleted.push_back(id);
+    if (i % 3 == 2) {
+      std::string victim = undeleted.front();
+      undeleted.erase(undeleted.begin());
+      if (!WriteAll(ack_fd, "P " + victim + "\n")) _exit(1);
+      if (!store.Transition(victim, {}, S::kDestroying) ||
+          !store.Transition(victim, {}, S::kDestroyed) || !store.Delete(victim)) {
+        (void)WriteAll(ack_fd, "E deleting " + victim + "\n");
+        _exit(1);
+      }
+      if (!WriteAll(ack_fd, "D " + victim + "\n")) _exit(1);
+    }
+  }
+}
+
+TEST(StoreDurabilityTest, SigkillNeverLosesAnAcknowledgedWrite) {
+  std::mt19937 rng(::testing::UnitTest::GetInstance()->random_seed());
+  constexpr int kRounds = 20;
+  size_t total_acked = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    TempDir dir;
+    const std::string db_path = dir.path() + "/store.db";
+    std::set<std::string> inserted, pending, deleted;
+    // Several kills per database: later rounds of the same db start from a crashed state.
+    for (int kill = 0; kill < 3; ++kill) {
+      UniqueFd ends[2];
+      ASSERT_TRUE(MakePipe(ends).has_value());
+      pid_t pid = fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        ends[0].Reset();
+        DurabilityChild(db_path, ends[1].get());
+      }
+      ends[1].Reset();
+      const int delay_ms = std::uniform_int_distribution<int>(0, 60)(rng);
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay_ms);
+      std::string acks;
+      char buf[4096];
+      bool killed = false;
+      while (true) {  // read while waiting, so a full pipe never stalls the child
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        deadline - std::chrono::steady_clock::now())
+                        .count();
+        if (!killed && left <= 0) {
+          ASSERT_EQ(::kill(pid, SIGKILL), 0);
+          killed = true;
+        }
+        pollfd pfd{ends[0].get(), POLLIN, 0};
+        int ready = ::poll(&pfd, 1, killed ? 5000 : static_cast<int>(left));
+        if (ready <= 0) {
+          ASSERT_FALSE(killed) << "the killed child's pipe never closed";
+          continue;
+        }
+        ssize_t n = RetryEintr([&] { return ::read(ends[0].get(), buf, sizeof(buf)); });
+        ASSERT_GE(n, 0);
+        if (n == 0) break;
+        acks.append(buf, static_cast<size_t>(n));
+      }
+      int status = 0;
+      ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+      ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+          << "child ended on its own: " << acks.substr(acks.rfind('\n', acks.size() - 2) + 1);
+      std::istringstream lines(acks);
+      std::string line;
+      while (std::getline(lines, line)) {
+        if (lines.eof()) break;  // a line cut by the kill was not fully acknowledged
+        ASSERT_GE(line.size(), 3u);
+        ASSERT_NE(line[0], 'E') << line;
+        std::string id = line.substr(2);
+        switch (line[0]) {
+          case 'I':
+            inserted.insert(id);
+            break;
+          case 'P':
+            pending.insert(id);
+            break;
+          case 'D':
+            deleted.insert(id);
+            break;
+          default:
+            FAIL() << "unexpected line from the child: " << line;
+        }
+      }
+    }
+    auto store = Store::Open(db_path);
+    ASSERT_TRUE(store.has_value()) << "round " << round << ": " << store.error().message();
+    EXPECT_TRUE((*store)->CheckIntegrity().has_value()) << "round " << round;
+    for (const std::string& id : inserted) {
+      auto got = (*store)->Get(id);
+      if (deleted.contains(id)) {
+        EXPECT_FALSE(got.has_value()) << "acknowledged delete of " << id << " undone";
+      } else if (pending.contains(id)) {
+        continue;  // deleted or not: both are fine for a delete nobody acknowledged
+      } else {
+        EXPECT_TRUE(got.has_value()) << "round " << round << ": acknowledged " << id << " lost";
+      }
+    }
+    total_acked += inserted.size();
+  }
+  // Not an assertion on speed: only that the test exercised something.
+  EXPECT_GT(total_acked, 0u) << "no child ever acknowledged a write";
+  std::printf("durability: %zu acknowledged inserts over %d rounds\n", total_acked, kRounds);
+}
+
+// --- API keys --------------------------------------------------------------------------------
+
+TEST_F(StoreTest, CreatedKeyAuthenticatesAndOnlyItsHashIsStored) {
+  auto key = store_->CreateKey("ci-bot");
+  ASSERT_TRUE(key.has_value()) << key.error().message();
+  EXPECT_EQ(key->plaintext.size(), 67u);
+  EXPECT_TRUE(key->plaintext.starts_with("al_"));
+  EXPECT_EQ(key->info.name, "ci-bot");
+  EXPECT_FALSE(key->info.admin);
+  auto who = store_->Authenticate(key->plaintext);
+  ASSERT_TRUE(who.has_value()) << who.error().message();
+  EXPECT_EQ(who->id, key->info.id);
+  EXPECT_EQ(who->name, "ci-bot");
+
+  EXPECT_EQ(RawQuery(db_path_, "SELECT count(*) FROM api_keys WHERE hash LIKE '%" +
+                                   key->plaintext.substr(3, 16) + "%' OR name LIKE '%" +
+                                   key->plaintext.substr(3, 16) + "%'"),
+            "0");
+  EXPECT_EQ(RawQuery(db_path_, "SELECT length(hash) FROM api_keys"), "64");
+
+  auto other = store_->CreateKey("ci-bot");  // names need not be unique; keys always are
+  ASSERT_TRUE(other.has_value());
+  EXPECT_NE(other->plaintext, key->plaintext);
+  EXPECT_EQ(store_->Authenticate(other->plaintext)->id, other->info.id);
+}
+
+TEST_F(StoreTest, EveryAuthenticationFailureLooksTheSame) {
+  auto key = store_->CreateKey("user");
+  ASSERT_TRUE(key.has_value());
+  auto revoked = store_->CreateKey("revoked");
+  ASSERT_TRUE(revoked.has_value());
+  ASSERT_TRUE(store_->RevokeKey(revoked->info.id).has_value());
+
+  std::string flipped = key->plaintext;
+  flipped.back() = flipped.back() == '0' ? '1' : '0';
+  const std::string presented[] = {
+      "",
+      flipped,
+      revoked->plaintext,
+      key->plaintext.substr(0, 66),
+      key->plaintext + "0",
+      "Bearer " + key->plaintext,
+      "al_" + std::string(64, 'g'),
+      std::string(67, '\0'),
+      "' OR '1'='1",
+  };
+  std::set<std::string> messages;
+  for (const std::string& p : presented) {
+    auto who = store_->Authenticate(p);
+    ASSERT_FALSE(who.has_value()) << p;
+    EXPECT_EQ(who.error().code(), ErrorCode::kUnauthenticated) << p;
+    EXPECT_EQ(HttpStatus(who.error().code()), 401);
+    messages.insert(who.error().message());
+  }
+  EXPECT_EQ(messages.size(), 1u);
+  EXPECT_TRUE(store_->Authenticate(key->plaintext).has_value());
+  EXPECT_EQ(store_->RevokeKey(12345).error().code(), ErrorCode::kNotFound);
+  auto keys = store_->ListKeys();
+  ASSERT_TRUE(keys.has_value());
+  ASSERT_EQ(keys->size(), 2u);
+  EXPECT_FALSE((*keys)[0].revoked);
+  EXPECT_TRUE((*keys)[1].revoked);
+}
+
+TEST_F(StoreTest, KeyNamesAreValidated) {
+  for (std::string_view name :
+       {std::string_view(""), std::string_view("tab\there"), std::string_view("nul\0", 4)}) {
+    auto key = store_->CreateKey(name);
+    ASSERT_FALSE(key.has_value());
+    EXPECT_EQ(key.error().code(), ErrorCode::kInvalidArgument);
+  }
+  EXPECT_FALSE(store_->CreateKey(std::string(65, 'n')).has_value());
+  EXPECT_TRUE(store_->CreateKey(std::string(64, 'n')).has_value());
+}
+
+class AdminKeyTest : public StoreTest {
+ protected:
+  std::string key_path_ = dir_.path() + "/admin.key";
+
+  std::string ReadKeyFile() {
+    auto text = ReadFileToString(key_path_);
+    AIRLOCK_CHECK(text.has_value());
+    return *text;
+  }
+};
+
+TEST_F(AdminKeyTest, FirstStartWritesAPrivateKeyFileThatAuthenticatesAsAdmin) {
+  auto state = store_->EnsureAdminKey(dir_.path());
+  ASSERT_TRUE(state.has_value()) << state.error().message();
+  EXPECT_EQ(*state, AdminKeyState::kCreated);
+  struct stat st {};
+  ASSERT_EQ(::lstat(key_path_.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_FALSE(std::filesystem::exists(key_path_ + ".tmp"));
+  std::string text = ReadKeyFile();
+  ASSERT_TRUE(text.ends_with("\n"));
+  text.pop_back();
+  auto who = store_->Authenticate(text);
+  ASSERT_TRUE(who.has_value()) << who.error().message();
+  EXPECT_TRUE(who->admin);
+  EXPECT_EQ(who->name, "admin");
+}
+
+TEST_F(AdminKeyTest, LaterStartsLeaveTheFileAlone) {
+  ASSERT_EQ(*store_->EnsureAdminKey(dir_.path()), AdminKeyState::kCreated);
+  std::string before = ReadKeyFile();
+  struct stat st_before {
+  }, st_after{};
+  ASSERT_EQ(::stat(key_path_.c_str(), &st_before), 0);
+  Reopen();
+  auto state = store_->EnsureAdminKey(dir_.path());
+  ASSERT_TRUE(state.has_value()) << state.error().message();
+  EXPECT_EQ(*state, AdminKeyState::kPresent);
+  ASSERT_EQ(::stat(key_path_.c_str(), &st_after), 0);
+  EXPECT_EQ(ReadKeyFile(), before);
+  EXPECT_EQ(st_after.st_ino, st_before.st_ino);
+  EXPECT_EQ(st_after.st_mtim.tv_nsec, st_before.st_mtim.tv_nsec);
+  EXPECT_EQ(store_->ListKeys()->size(), 1u);
+}
+
+TEST_F(AdminKeyTest, DeletedFileIsReportedNotRecreated) {
+  ASSERT_EQ(*store_->EnsureAdminKey(dir_.path()), AdminKeyState::kCreated);
+  ASSERT_EQ(::unlink(key_path_.c_str()), 0);
+  auto state = store_->EnsureAdminKey(dir_.path());
+  ASSERT_TRUE(state.has_value());
+  EXPECT_EQ(*state, AdminKeyState::kFileMissing);
+  EXPECT_FALSE(std::filesystem::exists(key_path_));
+  EXPECT_EQ(store_->ListKeys()->size(), 1u);
+}
+
+TEST_F(AdminKeyTest, FileWithoutHashIsAdopted) {
+  // What a crash between writing the file and storing its hash leaves behind.
+  const std::string key = "al_" + std::string(64, 'a');
+  {
+    auto fd = OpenFile(key_path_, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    ASSERT_TRUE(fd.has_value());
+    ASSERT_TRUE(WriteAll(fd->get(), key + "\n").has_value());
+  }
+  auto state = store_->EnsureAdminKey(dir_.path());
+  ASSERT_TRUE(state.has_value()) << state.error().message();
+  EXPECT_EQ(*state, AdminKeyState::kAdopted);
+  auto who = store_->Authenticate(key);
+  ASSERT_TRUE(who.has_value());
+  EXPECT_TRUE(who->admin);
+  struct stat st {};
+  ASSERT_EQ(::stat(key_path_.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(*store_->EnsureAdminKey(dir_.path()), AdminKeyState::kPresent);
+}
+
+TEST_F(AdminKeyTest, MalformedFileOrSymlinkIsRefused) {
+  {
+    auto fd = OpenFile(key_path_, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    ASSERT_TRUE(fd.has_value());
+    ASSERT_TRUE(WriteAll(fd->get(), "al_short").has_value());
+  }
+  auto state = store_->EnsureAdminKey(dir_.path());
+  ASSERT_FALSE(state.has_value());
+  EXPECT_EQ(state.error().code(), ErrorCode::kFailedPrecondition);
+  EXPECT_TRUE(store_->ListKeys()->empty());
+
+  ASSERT_EQ(::unlink(key_path_.c_str()), 0);
+  ASSERT_EQ(::symlink("/etc/passwd", key_path_.c_str()), 0);
+  state = store_->EnsureAdminKey(dir_.path());
+  ASSERT_FALSE(state.has_value());
+  EXPECT_EQ(state.error().code(), ErrorCode::kFailedPrecondition);
+  EXPECT_TRUE(store_->ListKeys()->empty());
+}
+
+}  // namespace
+}  // namespace airlock::store
