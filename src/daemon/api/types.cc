@@ -342,6 +342,11 @@ Result<ExecRequest> ExecRequest::FromJson(std::string_view body) {
     if (encoding == "base64") {
       auto decoded = Base64Decode(text);
       if (!decoded) return std::unexpected(std::move(decoded.error()).Wrap("stdin"));
+      // The text cap admits up to 2 bytes more when the last group has no padding.
+      if (decoded->size() > kMaxStdinBytes) {
+        return Invalid("stdin must be at most " + std::to_string(kMaxStdinBytes) +
+                       " bytes after base64 decoding, got " + std::to_string(decoded->size()));
+      }
       req.stdin_data = std::move(*decoded);
     } else {
       req.stdin_data = std::move(text);

@@ -417,6 +417,23 @@ TEST(ExecRequestTest, Base64StdinIsDecoded) {
   EXPECT_EQ(r->user, "www-data");
 }
 
+TEST(ExecRequestTest, Base64StdinIsCappedAfterDecoding) {
+  // Unpadded base64 of the largest text length allowed decodes to two bytes over the cap.
+  std::string text((kMaxStdinBytes + 2) / 3 * 4, 'A');
+  auto r = ExecRequest::FromJson(R"({"argv": ["cat"], "stdin_encoding": "base64", "stdin": ")" +
+                                 text + R"("})");
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(r.error().message().find("after base64 decoding"), std::string::npos)
+      << r.error().message();
+  // Exactly the cap is fine.
+  std::string ok(kMaxStdinBytes / 3 * 4, 'A');
+  auto fine = ExecRequest::FromJson(R"({"argv": ["cat"], "stdin_encoding": "base64", "stdin": ")" +
+                                    ok + R"("})");
+  ASSERT_TRUE(fine.has_value()) << fine.error().message();
+  EXPECT_LE(fine->stdin_data.size(), kMaxStdinBytes);
+}
+
 TEST(FileQueryTest, ParsesEveryParameter) {
   auto params = ParseQueryString("path=%2Fhome%2Fuser%2Fa+b.txt&mode=0640&parents=1");
   ASSERT_TRUE(params.has_value());
