@@ -90,8 +90,9 @@ Status BlockingClient::Flush() {
   return {};
 }
 
-Result<std::pair<uint32_t, Message>> BlockingClient::Receive(std::chrono::milliseconds timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
+Result<std::pair<uint32_t, Message>> BlockingClient::Receive(
+    std::optional<std::chrono::milliseconds> timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout.value_or(receive_timeout_);
   while (true) {
     auto next = decoder_.Next();
     if (!next) return std::unexpected(next.error());

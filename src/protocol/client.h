@@ -61,9 +61,14 @@ class BlockingClient {
   uint32_t NextStream() { return ++last_stream_; }
   Status Send(uint32_t stream, const Message& msg);
   Status SendRaw(std::string_view bytes);
-  // The next frame from the agent, decoded and checked; an error on timeout or end of channel.
+  // The next frame from the agent, decoded and checked; an error on timeout (default: the
+  // receive timeout below) or end of channel.
   Result<std::pair<uint32_t, Message>> Receive(
-      std::chrono::milliseconds timeout = std::chrono::seconds(60));
+      std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+  // How long the waiting calls (Exec, WaitAll, file operations, Ping) wait for the agent's next
+  // frame before giving up; 60 s unless set. A command may be silent for longer than this only
+  // if the caller raises it (e.g. to the command's timeout plus a margin).
+  void set_receive_timeout(std::chrono::milliseconds timeout) { receive_timeout_ = timeout; }
 
  private:
   explicit BlockingClient(UniqueFd fd) : fd_(std::move(fd)) {}
@@ -79,6 +84,7 @@ class BlockingClient {
   ChannelState state_{Role::kDaemon};
   std::string out_;
   uint32_t last_stream_ = 0;
+  std::chrono::milliseconds receive_timeout_ = std::chrono::seconds(60);
   // Frames read while waiting for something else, by stream.
   std::map<uint32_t, std::vector<Message>> parked_;
 };

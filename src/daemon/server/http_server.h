@@ -1,0 +1,58 @@
+#pragma once
+// HttpServer: airlockd's HTTP/1.1 listener on Boost.Beast with Asio C++20 coroutines. A few IO
+// threads run the sockets; every request is handled by the Router on a separate worker pool, so
+// no IO thread ever waits on SQLite, the engine or an agent. Keep-alive; header and body caps
+// (413 past api::kMaxJsonBodyBytes); idle connections time out.
+
+#include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/error.h"
+#include "daemon/server/router.h"
+
+namespace airlock::daemon {
+
+struct HttpServerOptions {
+  boost::asio::ip::address address;
+  uint16_t port = 0;  // 0: the kernel picks one (see local_port())
+  int io_threads = 2;
+  int workers = 16;  // concurrent blocking calls (creates, execs) before requests queue
+};
+
+class HttpServer {
+ public:
+  // Binds and listens; `router` outlives the server.
+  [[nodiscard]] static Result<std::unique_ptr<HttpServer>> Listen(const HttpServerOptions& options,
+                                                                  Router& router);
+  ~HttpServer();
+
+  uint16_t local_port() const { return port_; }
+  // Serves until SIGTERM or SIGINT, then stops accepting, waits for the requests in flight to be
+  // answered, and returns with every IO thread and worker joined. Call once.
+  void Run();
+
+ private:
+  HttpServer(const HttpServerOptions& options, Router& router);
+
+  HttpServerOptions options_;
+  Router& router_;
+  boost::asio::io_context io_;
+  boost::asio::thread_pool pool_;
+  boost::asio::strand<boost::asio::io_context::executor_type> accept_strand_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  boost::asio::signal_set signals_;
+  uint16_t port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int64_t> in_flight_{0};
+
+  struct Impl;  // the coroutines (http_server.cc)
+};
+
+}  // namespace airlock::daemon
