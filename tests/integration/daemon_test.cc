@@ -174,6 +174,7 @@ class Daemon {
     return Http(port_, method, target, body, "Bearer " + key_);
   }
   uint16_t port() const { return port_; }
+  bool running() const { return pid_ > 0; }
   const std::string& state_dir() const { return state_dir_; }
 
  private:
@@ -199,7 +200,10 @@ class DaemonTest : public ::testing::Test {
   void TearDown() override {
     if (HasFailure() && daemon_)
       std::fprintf(stderr, "--- airlockd log ---\n%s", daemon_->Log().c_str());
-    daemon_.reset();  // SIGKILL if still running
+    // A graceful stop destroys the daemon's sandboxes (SIGKILL after a minute); a SIGKILL
+    // straight away would leave their cgroups behind.
+    if (daemon_ && daemon_->running()) daemon_->Stop(SIGTERM);
+    daemon_.reset();
     if (!dir_.empty()) {
       std::error_code ec;
       fs::remove_all(dir_, ec);
