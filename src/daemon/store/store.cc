@@ -392,12 +392,16 @@ Result<SandboxRecord> Store::Transition(std::string_view id, std::span<const San
   updated.id = record->id;
   updated.created_at_ms = record->created_at_ms;
   updated.state = to;
+  return CommitEdit(*tx, std::move(updated));
+}
+
+Result<SandboxRecord> Store::CommitEdit(Transaction& tx, SandboxRecord updated) {
   updated.updated_at_ms = options_.now_ms();
   auto fields = ValidateFields(updated);
   if (!fields) return std::unexpected(std::move(fields.error()));
   auto written = UpdateLocked(updated);
   if (!written) return std::unexpected(std::move(written.error()));
-  auto committed = tx->Commit();
+  auto committed = tx.Commit();
   if (!committed) return std::unexpected(std::move(committed.error()));
   return updated;
 }
@@ -421,14 +425,7 @@ Result<SandboxRecord> Store::EditUnlessDestroyed(std::string_view id,
   }
   SandboxRecord updated = *record;
   edit(updated);
-  updated.updated_at_ms = options_.now_ms();
-  auto fields = ValidateFields(updated);
-  if (!fields) return std::unexpected(std::move(fields.error()));
-  auto written = UpdateLocked(updated);
-  if (!written) return std::unexpected(std::move(written.error()));
-  auto committed = tx->Commit();
-  if (!committed) return std::unexpected(std::move(committed.error()));
-  return updated;
+  return CommitEdit(*tx, std::move(updated));
 }
 
 Result<SandboxRecord> Store::UpdateTtl(std::string_view id, int64_t expires_at_ms) {

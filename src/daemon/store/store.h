@@ -165,6 +165,8 @@ class Store {
   [[nodiscard]] Result<SandboxRecord> GetLocked(std::string_view id);
   // Writes every mutable column of `record` (which must exist).
   [[nodiscard]] Status UpdateLocked(const SandboxRecord& record);
+  // Stamps, validates and writes an edited record, then commits `tx`. Caller holds mu_.
+  [[nodiscard]] Result<SandboxRecord> CommitEdit(Transaction& tx, SandboxRecord updated);
   // Get, check the state is not destroyed, edit, write: one transaction.
   [[nodiscard]] Result<SandboxRecord> EditUnlessDestroyed(
       std::string_view id, const std::function<void(SandboxRecord&)>& edit);
