@@ -1,0 +1,263 @@
+#pragma once
+// A real airlockd for end-to-end tests: started on a kernel-chosen port with its own state dir,
+// driven over HTTP the way a client would, and stopped (then killed by pid) on every path.
+// Needs root (the jail engine); DaemonTest skips with the reason otherwise.
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace airlock::testing {
+
+
+namespace fs = std::filesystem;
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using nlohmann::json;
+using tcp = asio::ip::tcp;
+
+struct Reply {
+  int status = 0;
+  std::string body;
+  std::map<std::string, std::string> headers;
+  json Json() const { return json::parse(body, nullptr, /*allow_exceptions=*/false); }
+};
+
+// One request on a fresh connection.
+inline Reply Http(uint16_t port, http::verb method, const std::string& target, const std::string& body,
+           const std::optional<std::string>& authorization) {
+  asio::io_context io;
+  beast::tcp_stream stream(io);
+  stream.expires_after(std::chrono::seconds(120));
+  stream.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+  http::request<http::string_body> req{method, target, 11};
+  req.set(http::field::host, "127.0.0.1");
+  if (authorization) req.set(http::field::authorization, *authorization);
+  if (!body.empty() || method == http::verb::post) {
+    req.set(http::field::content_type, "application/json");
+    req.body() = body;
+    req.prepare_payload();
+  }
+  // A server may answer (413) and stop reading before the whole body is sent: read anyway.
+  beast::error_code write_ec;
+  http::write(stream, req, write_ec);
+  beast::flat_buffer buffer;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(64u << 20);
+  http::read(stream, buffer, parser);
+  Reply reply;
+  reply.status = static_cast<int>(parser.get().result_int());
+  reply.body = parser.get().body();
+  for (const auto& field : parser.get()) {
+    reply.headers[std::string(field.name_string())] = std::string(field.value());
+  }
+  beast::error_code ec;
+  stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+  return reply;
+}
+
+// Sends `raw` bytes as they are and returns the status line's code (0 if none came back).
+inline int RawStatus(uint16_t port, const std::string& raw) {
+  asio::io_context io;
+  tcp::socket socket(io);
+  socket.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+  asio::write(socket, asio::buffer(raw));
+  std::string got;
+  beast::error_code ec;
+  char buf[4096];
+  while (got.find("\r\n") == std::string::npos) {
+    size_t n = socket.read_some(asio::buffer(buf), ec);
+    if (ec) break;
+    got.append(buf, n);
+  }
+  if (!got.starts_with("HTTP/1.1 ") || got.size() < 12) return 0;
+  return std::atoi(got.substr(9, 3).c_str());
+}
+
+// The daemon under test: started on port 0, killed by pid on every path.
+class Daemon {
+ public:
+  // `extra_args` go on airlockd's command line after the ones every test needs.
+  explicit Daemon(std::string state_dir, std::vector<std::string> extra_args = {})
+      : state_dir_(std::move(state_dir)), extra_args_(std::move(extra_args)) {}
+  Daemon(const Daemon&) = delete;
+  ~Daemon() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  // Starts airlockd and reads "listening on HOST:PORT" from its stdout.
+  ::testing::AssertionResult Start() {
+    int out[2];
+    if (::pipe2(out, O_CLOEXEC) != 0) return ::testing::AssertionFailure() << "pipe";
+    const std::string log = state_dir_ + ".log";
+    // Built before the fork: the child of a threaded process must not allocate.
+    std::vector<std::string> args = {AIRLOCKD_PATH, "--listen", "127.0.0.1:0", "--state-dir",
+                                     state_dir_,    "--agent",  AIRLOCK_AGENT_PATH,
+                                     "--launcher",  AIRLOCK_JAIL_LAUNCHER_PATH,
+                                     "--log-level", "debug"};
+    args.insert(args.end(), extra_args_.begin(), extra_args_.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(out[1], STDOUT_FILENO);
+      int err = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+      if (err >= 0) ::dup2(err, STDERR_FILENO);
+      ::execv(AIRLOCKD_PATH, argv.data());
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    std::string line;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (line.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+      pollfd pfd{out[0], POLLIN, 0};
+      if (::poll(&pfd, 1, 1000) <= 0) continue;
+      char buf[256];
+      ssize_t n = ::read(out[0], buf, sizeof buf);
+      if (n <= 0) break;
+      line.append(buf, static_cast<size_t>(n));
+    }
+    ::close(out[0]);
+    const std::string prefix = "listening on 127.0.0.1:";
+    if (!line.starts_with(prefix) || line.find('\n') == std::string::npos) {
+      return ::testing::AssertionFailure()
+             << "airlockd did not say where it listens; stdout: " << line << "\nlog:\n"
+             << Log();
+    }
+    port_ = static_cast<uint16_t>(std::atoi(line.substr(prefix.size()).c_str()));
+    std::ifstream key_file(state_dir_ + "/admin.key");
+    std::getline(key_file, key_);
+    if (key_.empty()) return ::testing::AssertionFailure() << "no admin key in the state dir";
+    return ::testing::AssertionSuccess();
+  }
+
+  // Sends `signo` and waits up to `timeout` for the exit; SIGKILL after that. The wait status.
+  int Stop(int signo, std::chrono::seconds timeout = std::chrono::seconds(60)) {
+    ::kill(pid_, signo);
+    int status = 0;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (::waitpid(pid_, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    pid_ = -1;
+    return status;
+  }
+
+  std::string Log() const {
+    std::ifstream in(state_dir_ + ".log");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
+  Reply Call(http::verb method, const std::string& target, const std::string& body = "") {
+    return Http(port_, method, target, body, "Bearer " + key_);
+  }
+  uint16_t port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  const std::string& key() const { return key_; }
+  bool running() const { return pid_ > 0; }
+  const std::string& state_dir() const { return state_dir_; }
+
+ private:
+  std::string state_dir_;
+  std::vector<std::string> extra_args_;
+  pid_t pid_ = -1;
+  uint16_t port_ = 0;
+  std::string key_;
+};
+
+class DaemonTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0)
+      GTEST_SKIP() << "needs root: the jail engine makes namespaces and cgroups";
+    char tmpl[] = "/tmp/airlockd-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    // The sandboxes' unprivileged uids must reach their layers under the state dir.
+    fs::permissions(dir_, fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec);
+    daemon_.emplace(dir_ + "/state");
+    ASSERT_TRUE(daemon_->Start());
+  }
+  void TearDown() override {
+    if (HasFailure() && daemon_)
+      std::fprintf(stderr, "--- airlockd log ---\n%s", daemon_->Log().c_str());
+    // A graceful stop destroys the daemon's sandboxes (SIGKILL after a minute); a SIGKILL
+    // straight away would leave their cgroups behind.
+    if (daemon_ && daemon_->running()) daemon_->Stop(SIGTERM);
+    daemon_.reset();
+    if (!dir_.empty()) {
+      std::error_code ec;
+      fs::remove_all(dir_, ec);
+    }
+  }
+
+  // Creates a sandbox and returns its id (empty, with a test failure, if that failed).
+  std::string CreateSandbox(const std::string& body = "{}") {
+    Reply r = daemon_->Call(http::verb::post, "/v1/sandboxes", body);
+    EXPECT_EQ(r.status, 201) << r.body;
+    if (r.status != 201) return "";
+    EXPECT_EQ(r.Json()["state"], "running") << r.body;
+    return r.Json()["id"].get<std::string>();
+  }
+
+  // {id: state} of every listed sandbox.
+  std::map<std::string, std::string> Listed() {
+    Reply r = daemon_->Call(http::verb::get, "/v1/sandboxes");
+    EXPECT_EQ(r.status, 200) << r.body;
+    std::map<std::string, std::string> out;
+    const json doc = r.Json();
+    for (const auto& s : doc["sandboxes"]) out[s["id"].get<std::string>()] = s["state"];
+    return out;
+  }
+
+  std::string dir_;
+  std::optional<Daemon> daemon_;
+};
+
+// Every directory under the cgroup roots whose name contains `id`.
+inline std::vector<std::string> CgroupsNamed(const std::string& id) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(
+           "/sys/fs/cgroup", fs::directory_options::skip_permission_denied, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_directory(ec) && it->path().filename().string().find(id) != std::string::npos) {
+      found.push_back(it->path().string());
+    }
+  }
+  return found;
+}
+
+}  // namespace airlock::testing
