@@ -203,7 +203,8 @@ class DaemonProcess {
     std::vector<std::string> args = {AIRLOCKD_PATH,      "--listen",    "127.0.0.1:0",
                                      "--state-dir",      state_dir,     "--agent",
                                      AIRLOCK_AGENT_PATH, "--launcher",  AIRLOCK_JAIL_LAUNCHER_PATH,
-                                     "--no-auth",        "--log-level", "warn"};
+                                     "--no-auth",        "--log-level", "warn",
+                                     "--on-shutdown",    "destroy"};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
