@@ -59,6 +59,8 @@ class Runtime {
  public:
   virtual ~Runtime() = default;
   virtual std::string_view name() const = 0;
+  // Whether `template_name` can be created from now (checked before a create is recorded).
+  virtual bool HasTemplate(const std::string& template_name) const = 0;
 
   // Creates and starts a sandbox; on return its agent is running and the channel is connected.
   // On failure nothing it made is left behind.

@@ -225,6 +225,9 @@ int Controller::ReapExpired() {
 }
 
 Result<SandboxRecord> Controller::Create(const api::CreateSandboxRequest& request) {
+  if (!runtime_.HasTemplate(request.template_name)) {
+    return Fail(ErrorCode::kNotFound, "template '" + request.template_name + "' does not exist");
+  }
   SandboxRecord record;
   record.id = NewSandboxId();
   record.state = SandboxState::kCreating;

@@ -222,7 +222,7 @@ Status JailRuntime::PrepareBaseTemplate() {
 
 Result<std::unique_ptr<runtime::Sandbox>> JailRuntime::Create(const SandboxSpec& spec) {
   if (auto st = ValidateSandboxId(spec.id); !st) return std::unexpected(st.error());
-  if (spec.template_name != "base") {
+  if (!HasTemplate(spec.template_name)) {
     return Fail(ErrorCode::kNotFound, "template '" + spec.template_name + "' does not exist");
   }
   {

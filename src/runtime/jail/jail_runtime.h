@@ -35,6 +35,10 @@ class JailRuntime : public runtime::Runtime {
   ~JailRuntime() override;
 
   std::string_view name() const override { return "jail"; }
+  // Only "base" until templates land (issue 7).
+  bool HasTemplate(const std::string& template_name) const override {
+    return template_name == "base";
+  }
   Result<std::unique_ptr<runtime::Sandbox>> Create(const runtime::SandboxSpec& spec) override;
   Status Destroy(const std::string& id) override;
   Result<UniqueFd> ConnectAgent(const std::string& id) override;
