@@ -47,7 +47,8 @@ Outcome<Args> ParseArgs(std::string_view command, std::span<const std::string> i
     out.tail.assign(in.begin() + static_cast<ptrdiff_t>(from), in.end());
   };
   for (; i < in.size(); ++i) {
-    if (tail_after && out.positional.size() == *tail_after) {
+    // exec ID CMD...: whatever follows the ID is the command, flags included.
+    if (tail_after && *tail_after > 0 && out.positional.size() == *tail_after) {
       take_tail(i);
       return out;
     }
@@ -67,6 +68,10 @@ Outcome<Args> ParseArgs(std::string_view command, std::span<const std::string> i
     }
     if (!arg.starts_with("--")) {
       if (arg.size() > 1 && arg[0] == '-') return UsageError(cmd, "unknown flag " + arg);
+      if (tail_after && *tail_after == 0) {  // run CMD...: the first non-flag starts the command
+        take_tail(i);
+        return out;
+      }
       out.positional.push_back(arg);
       continue;
     }

@@ -37,8 +37,9 @@ struct Args {
 };
 
 // Parses `in` for `command` against `specs` plus kGlobalFlags. "--" ends the flags. With
-// `tail_after` set, once that many positionals are seen the rest (less a leading "--") is the tail,
-// so `exec ID ls -l` passes "-l" to ls. Errors are usage errors.
+// `tail_after` set, the tail (less a leading "--") starts right after that many positionals, so
+// `exec ID ls -l` passes "-l" to ls; with 0 it starts at the first argument that is not a flag.
+// Errors are usage errors.
 [[nodiscard]] Outcome<Args> ParseArgs(std::string_view command, std::span<const std::string> in,
                                       std::span<const FlagSpec> specs,
                                       std::optional<size_t> tail_after = std::nullopt);

@@ -300,8 +300,15 @@ Outcome<int> CmdInspect(const CommandArgs& in, Globals& globals) {
   auto sandbox = api->CallJson("GET", SandboxTarget(*id));
   if (!sandbox) return std::unexpected(sandbox.error());
   if (globals.json) return PrintJson(*sandbox);
+  // The identity first, then the rest as the daemon named it.
   std::vector<std::pair<std::string, std::string>> pairs;
-  Flatten("", *sandbox, &pairs);
+  json rest = *sandbox;
+  for (const char* key : {"id", "state", "template", "engine", "created_at", "expires_at"}) {
+    if (!rest.contains(key)) continue;
+    Flatten("", json{{key, rest[key]}}, &pairs);
+    rest.erase(key);
+  }
+  Flatten("", rest, &pairs);
   PrintText(FormatKeyValues(pairs));
   return 0;
 }
