@@ -1,5 +1,6 @@
 #include "agent/agent.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
@@ -140,9 +141,27 @@ Status Agent::Listen(const std::string& path) {
   // Only the agent's own user (root, in a sandbox) may connect; the daemon reaches it from the
   // host side, where the socket's directory is private to the daemon.
   if (::chmod(path.c_str(), 0600) < 0) return FailErrno("chmod " + path, errno);
-  if (::listen(fd.get(), 16) < 0) return FailErrno("listen " + path, errno);
-  listen_fd_ = std::move(fd);
+  if (::listen(fd.get(), 64) < 0) return FailErrno("listen " + path, errno);
   listen_path_ = path;
+  return ListenOn(std::move(fd));
+}
+
+Status Agent::ListenOn(UniqueFd fd) {
+  int type = 0, listening = 0;
+  socklen_t len = sizeof type;
+  if (::getsockopt(fd.get(), SOL_SOCKET, SO_TYPE, &type, &len) < 0 || type != SOCK_STREAM) {
+    return Fail(ErrorCode::kInvalidArgument, "the listening fd is not a stream socket");
+  }
+  len = sizeof listening;
+  if (::getsockopt(fd.get(), SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) < 0 || !listening) {
+    return Fail(ErrorCode::kInvalidArgument, "the listening fd is not listening");
+  }
+  int flags = ::fcntl(fd.get(), F_GETFL);
+  if (flags < 0 || ::fcntl(fd.get(), F_SETFL, flags | O_NONBLOCK) < 0 ||
+      ::fcntl(fd.get(), F_SETFD, FD_CLOEXEC) < 0) {
+    return FailErrno("fcntl on the listening fd", errno);
+  }
+  listen_fd_ = std::move(fd);
   AddWatch(listen_fd_.get(), &listen_watch_, EPOLLIN);
   return {};
 }
@@ -678,7 +697,7 @@ void Agent::BeginShutdown() {
   if (listen_fd_) {
     DelWatch(listen_fd_.get());
     listen_fd_.Reset();
-    ::unlink(listen_path_.c_str());
+    if (!listen_path_.empty()) ::unlink(listen_path_.c_str());
     listen_path_.clear();
   }
   auto now = Clock::now();

@@ -44,6 +44,9 @@ class Agent {
   [[nodiscard]] Status AddChannel(UniqueFd fd);
   // Accepts channels on a unix socket at `path` until shutdown.
   [[nodiscard]] Status Listen(const std::string& path);
+  // Accepts channels on an inherited listening socket (bound by whoever started the agent; the
+  // jail binds it on the host side, outside the sandbox's view). Not unlinked at exit.
+  [[nodiscard]] Status ListenOn(UniqueFd fd);
   // Runs the loop until shutdown (SIGTERM or SIGINT, or the last channel gone without a
   // listener). Returns the process exit code.
   int Run();

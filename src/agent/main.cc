@@ -2,6 +2,7 @@
 //
 //   airlock-agent --fd 3                 serve the channel inherited as fd 3; exit when it closes
 //   airlock-agent --listen /run/a.sock   accept channels on a unix socket until SIGTERM
+//   airlock-agent --listen-fd 3          accept channels on an inherited listening socket (the jail)
 //
 // See docs/agent.md for every option.
 
@@ -27,9 +28,10 @@ using airlock::agent::AgentOptions;
 
 void Usage(FILE* out) {
   std::fputs(
-      "usage: airlock-agent (--fd N | --listen PATH) [options]\n"
+      "usage: airlock-agent (--fd N | --listen PATH | --listen-fd N) [options]\n"
       "  --fd N               serve the connected socket inherited as fd N; exit when it closes\n"
       "  --listen PATH        accept channels on a unix socket at PATH until SIGTERM\n"
+      "  --listen-fd N        accept channels on the listening socket inherited as fd N\n"
       "  --root DIR           confine file operations below DIR (default /)\n"
       "  --user NAME|UID      run commands as this user unless a request names one\n"
       "  --etc DIR            read passwd and group from DIR (default /etc)\n"
@@ -72,11 +74,12 @@ void EnsureStdio() {
 int main(int argc, char** argv) {
   EnsureStdio();
   AgentOptions options;
-  int channel_fd = -1;
+  int channel_fd = -1, listen_fd = -1;
   std::string listen_path, user, log_level = "info";
   enum {
     kFd = 1,
     kListen,
+    kListenFd,
     kRoot,
     kUser,
     kEtc,
@@ -91,6 +94,7 @@ int main(int argc, char** argv) {
   };
   static const option kLong[] = {{"fd", required_argument, nullptr, kFd},
                                  {"listen", required_argument, nullptr, kListen},
+                                 {"listen-fd", required_argument, nullptr, kListenFd},
                                  {"root", required_argument, nullptr, kRoot},
                                  {"user", required_argument, nullptr, kUser},
                                  {"etc", required_argument, nullptr, kEtc},
@@ -113,6 +117,10 @@ int main(int argc, char** argv) {
         break;
       case kListen:
         listen_path = optarg;
+        break;
+      case kListenFd:
+        if (!ParseNumber(optarg, n) || n < 3 || n > 65535) Die("--listen-fd takes a number from 3");
+        listen_fd = static_cast<int>(n);
         break;
       case kRoot:
         options.file_root = optarg;
@@ -157,7 +165,9 @@ int main(int argc, char** argv) {
     }
   }
   if (optind != argc) Die(std::string("unexpected argument: ") + argv[optind]);
-  if ((channel_fd >= 0) == !listen_path.empty()) Die("give exactly one of --fd and --listen");
+  if ((channel_fd >= 0) + !listen_path.empty() + (listen_fd >= 0) != 1) {
+    Die("give exactly one of --fd, --listen and --listen-fd");
+  }
   airlock::InitLogging("airlock-agent", log_level);
 
   // Start from a clean signal state whatever the parent left, then ignore SIGPIPE: a closed
@@ -193,6 +203,11 @@ int main(int argc, char** argv) {
     if (auto st = (*agent)->AddChannel(airlock::UniqueFd(channel_fd)); !st) {
       Die(st.error().message());
     }
+  } else if (listen_fd >= 0) {
+    if (::fcntl(listen_fd, F_GETFD) < 0) {
+      Die("--listen-fd " + std::to_string(listen_fd) + " is not open");
+    }
+    if (auto st = (*agent)->ListenOn(airlock::UniqueFd(listen_fd)); !st) Die(st.error().message());
   } else if (auto st = (*agent)->Listen(listen_path); !st) {
     Die(st.error().message());
   }

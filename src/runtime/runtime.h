@@ -50,7 +50,8 @@ class Sandbox {
  public:
   virtual ~Sandbox() = default;
   virtual const SandboxInfo& info() const = 0;
-  // The connected channel to the sandbox's agent; taken once (the caller owns it after).
+  // A channel to the sandbox's agent, connected during the create; taken once (the caller owns
+  // it after). More channels come from Runtime::ConnectAgent.
   virtual UniqueFd TakeAgentChannel() = 0;
 };
 
@@ -65,6 +66,18 @@ class Runtime {
   // Kills everything in the sandbox and releases everything it held. Idempotent: destroying a
   // sandbox that is already gone (or half made, after a crash) succeeds.
   [[nodiscard]] virtual Status Destroy(const std::string& id) = 0;
+  // A new channel to a live sandbox's agent; the agent serves any number at once (the daemon
+  // uses one per command in flight). kNotFound when the sandbox is not held by this engine.
+  [[nodiscard]] virtual Result<UniqueFd> ConnectAgent(const std::string& id) = 0;
+  // Takes over a sandbox that a previous run of the daemon created and left alive: checks that
+  // `init_pid` (host pid) is alive and is that sandbox's agent, re-acquires what the sandbox
+  // holds, and makes it frozen or not as `paused` says. On failure nothing is changed (the
+  // caller destroys the sandbox by id).
+  [[nodiscard]] virtual Result<SandboxInfo> Adopt(const std::string& id, pid_t init_pid,
+                                                  bool paused) = 0;
+  // The ids of every sandbox, live or half made, that this engine finds on the host (its
+  // directories, cgroups); for recovery, which destroys the ones no record claims.
+  [[nodiscard]] virtual Result<std::vector<std::string>> ListSandboxes() = 0;
   [[nodiscard]] virtual Status Pause(const std::string& id) = 0;
   [[nodiscard]] virtual Status Resume(const std::string& id) = 0;
   // Saves (and stops) a sandbox with its memory to `dir`; Restore starts it again from there.

@@ -5,6 +5,9 @@
 
 #include <thread>
 
+#include <sstream>
+
+#include "client/http_client.h"
 #include "daemon/store/store.h"
 
 namespace {
@@ -273,21 +276,73 @@ TEST_F(DaemonTest, PatchChangesTtlAndMergesMetadata) {
   EXPECT_EQ(daemon_->Call(http::verb::patch, path, R"({"ttl_seconds": 60})").status, 404);
 }
 
-TEST_F(DaemonTest, RestartAfterSigkillRemovesWhatThePreviousRunLeft) {
-  const std::string id = CreateSandbox();
-  ASSERT_FALSE(id.empty());
+TEST_F(DaemonTest, RestartAfterSigkillAdoptsLiveSandboxes) {
+  const std::string a = CreateSandbox(R"({"metadata": {"k": "v"}})");
+  const std::string b = CreateSandbox();
+  ASSERT_FALSE(a.empty());
+  ASSERT_FALSE(b.empty());
+  ASSERT_EQ(daemon_->Call(http::verb::post, "/v1/sandboxes/" + a + "/exec",
+                          R"({"cmd": "echo kept > /tmp/mark"})")
+                .status,
+            200);
+  ASSERT_EQ(daemon_->Call(http::verb::post, "/v1/sandboxes/" + b + "/pause").status, 200);
   const int status = daemon_->Stop(SIGKILL);
   ASSERT_TRUE(WIFSIGNALED(status));
-  ASSERT_TRUE(fs::exists(daemon_->state_dir() + "/jail/" + id)) << "nothing left to clean up";
   const std::string state_dir = daemon_->state_dir();
   daemon_.reset();
   daemon_.emplace(state_dir);
   ASSERT_TRUE(daemon_->Start());
-  EXPECT_EQ(daemon_->Call(http::verb::get, "/v1/sandboxes/" + id).status, 404);
-  EXPECT_FALSE(fs::exists(state_dir + "/jail/" + id));
-  EXPECT_TRUE(CgroupsNamed(id).empty());
-  // The admin key of the first run still works, and the daemon serves as before.
+  // The running one is adopted with its files and metadata; the paused one stays paused.
+  Reply got = daemon_->Call(http::verb::get, "/v1/sandboxes/" + a);
+  ASSERT_EQ(got.status, 200) << got.body;
+  EXPECT_EQ(got.Json()["state"], "running");
+  EXPECT_EQ(got.Json()["metadata"]["k"], "v");
+  Reply exec = daemon_->Call(http::verb::post, "/v1/sandboxes/" + a + "/exec",
+                             R"({"cmd": "cat /tmp/mark"})");
+  ASSERT_EQ(exec.status, 200) << exec.body;
+  EXPECT_EQ(exec.Json()["stdout"], "kept\n");
+  EXPECT_EQ(daemon_->Call(http::verb::get, "/v1/sandboxes/" + b).Json()["state"], "paused");
+  ASSERT_EQ(daemon_->Call(http::verb::post, "/v1/sandboxes/" + b + "/resume").status, 200);
+  EXPECT_EQ(daemon_->Call(http::verb::post, "/v1/sandboxes/" + b + "/exec", R"({"cmd": "echo b"})")
+                .Json()["stdout"],
+            "b\n");
+  // The admin key of the first run still works, and new sandboxes come up beside the old.
   EXPECT_FALSE(CreateSandbox().empty());
+}
+
+TEST_F(DaemonTest, RestartMarksWhatItCannotRecoverAndRemovesOrphans) {
+  const std::string dead = CreateSandbox();
+  ASSERT_FALSE(dead.empty());
+  const int status = daemon_->Stop(SIGKILL);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  const std::string state_dir = daemon_->state_dir();
+  // While the daemon is down, the sandbox's agent dies (everything in its cgroup is killed),
+  // and an orphan appears: a jail directory that no record names.
+  for (const std::string& dir : CgroupsNamed(dead)) {
+    std::ofstream kill(dir + "/cgroup.kill");  // v2
+    if (fs::exists(dir + "/cgroup.procs") && !fs::exists(dir + "/cgroup.kill")) {
+      std::ifstream procs(dir + "/cgroup.procs");
+      for (pid_t pid; procs >> pid;) ::kill(pid, SIGKILL);
+    } else {
+      kill << "1";
+    }
+  }
+  const std::string orphan = "sbx-orphanorphanorph";
+  ASSERT_TRUE(fs::create_directories(state_dir + "/jail/" + orphan + "/disk"));
+  daemon_.reset();
+  daemon_.emplace(state_dir);
+  ASSERT_TRUE(daemon_->Start());
+  // The dead one is listed as failed with the reason, and its leftovers are gone.
+  Reply got = daemon_->Call(http::verb::get, "/v1/sandboxes/" + dead);
+  ASSERT_EQ(got.status, 200) << got.body;
+  EXPECT_EQ(got.Json()["state"], "failed") << got.body;
+  EXPECT_NE(got.Json().value("error", "").find("is gone"), std::string::npos) << got.body;
+  EXPECT_FALSE(fs::exists(state_dir + "/jail/" + dead));
+  EXPECT_TRUE(CgroupsNamed(dead).empty());
+  EXPECT_FALSE(fs::exists(state_dir + "/jail/" + orphan));
+  // A failed sandbox can still be deleted, and then it is gone.
+  EXPECT_EQ(daemon_->Call(http::verb::delete_, "/v1/sandboxes/" + dead).status, 204);
+  EXPECT_EQ(daemon_->Call(http::verb::get, "/v1/sandboxes/" + dead).status, 404);
 }
 
 TEST_F(DaemonTest, SigtermDestroysSandboxesAndExitsZero) {
@@ -312,6 +367,263 @@ TEST_F(DaemonTest, SigtermDestroysSandboxesAndExitsZero) {
     ASSERT_TRUE(record) << record.error().message();
     EXPECT_EQ(record->state, airlock::store::SandboxState::kDestroyed) << id;
   }
+}
+
+}  // namespace
+
+namespace {
+
+std::string AllBytes() {
+  std::string data;
+  for (int round = 0; round < 300; ++round) {
+    for (int b = 0; b < 256; ++b) data += static_cast<char>(b);
+  }
+  return data;
+}
+
+
+TEST_F(DaemonTest, FilesRoundTripBinarySafe) {
+  const std::string id = CreateSandbox();
+  ASSERT_FALSE(id.empty());
+  const std::string files = "/v1/sandboxes/" + id + "/files";
+  const std::string data = AllBytes();
+
+  Reply put = daemon_->Call(http::verb::put, files + "?path=/home/user/in/data.bin&parents=true&mode=0600",
+                            data);
+  ASSERT_EQ(put.status, 200) << put.body;
+  EXPECT_EQ(put.Json()["name"], "data.bin");
+  EXPECT_EQ(put.Json()["type"], "file");
+  EXPECT_EQ(put.Json()["mode"], "0600");
+  EXPECT_EQ(put.Json()["size"], data.size());
+
+  Reply got = daemon_->Call(http::verb::get, files + "?path=/home/user/in/data.bin");
+  ASSERT_EQ(got.status, 200) << got.body;
+  EXPECT_EQ(got.headers["Content-Type"], "application/octet-stream");
+  EXPECT_EQ(got.body, data);
+
+  // The command side sees the same bytes; relative paths start at the user's home.
+  Reply sum = daemon_->Call(http::verb::post, "/v1/sandboxes/" + id + "/exec",
+                            R"({"cmd": "wc -c < in/data.bin; stat -c %a in/data.bin"})");
+  ASSERT_EQ(sum.status, 200) << sum.body;
+  EXPECT_EQ(sum.Json()["stdout"], std::to_string(data.size()) + "\n600\n");
+  EXPECT_EQ(daemon_->Call(http::verb::get, files + "?path=in/data.bin").body, data);
+
+  Reply made = daemon_->Call(http::verb::post, files + "/mkdir?path=/home/user/a/b&parents=true");
+  ASSERT_EQ(made.status, 201) << made.body;
+  EXPECT_EQ(made.Json()["type"], "directory");
+  Reply list = daemon_->Call(http::verb::get, files + "/list?path=/home/user");
+  ASSERT_EQ(list.status, 200) << list.body;
+  std::set<std::string> names;
+  const json listed = list.Json();
+  for (const auto& e : listed["entries"]) names.insert(e["name"].get<std::string>());
+  EXPECT_TRUE(names.contains("in") && names.contains("a")) << list.body;
+
+  // Errors: a missing file, a directory read as a file, a non-empty directory without
+  // recursive, and a file read after its delete.
+  EXPECT_EQ(daemon_->Call(http::verb::get, files + "?path=/nope").status, 404);
+  EXPECT_EQ(daemon_->Call(http::verb::get, files + "?path=/home/user/a").status, 400);
+  EXPECT_EQ(daemon_->Call(http::verb::delete_, files + "?path=/home/user/a").status, 409);
+  EXPECT_EQ(daemon_->Call(http::verb::delete_, files + "?path=/home/user/a&recursive=true").status,
+            204);
+  EXPECT_EQ(daemon_->Call(http::verb::delete_, files + "?path=/home/user/in/data.bin").status, 204);
+  EXPECT_EQ(daemon_->Call(http::verb::get, files + "?path=/home/user/in/data.bin").status, 404);
+
+  // Paused: files are refused like commands, with the state in the message.
+  ASSERT_EQ(daemon_->Call(http::verb::post, "/v1/sandboxes/" + id + "/pause").status, 200);
+  Reply refused = daemon_->Call(http::verb::get, files + "/list?path=/");
+  EXPECT_EQ(refused.status, 409) << refused.body;
+  EXPECT_NE(refused.body.find("paused"), std::string::npos) << refused.body;
+}
+
+TEST_F(DaemonTest, TarDownloadAndUploadCopyATree) {
+  const std::string a = CreateSandbox();
+  const std::string b = CreateSandbox();
+  ASSERT_FALSE(a.empty());
+  ASSERT_FALSE(b.empty());
+  const std::string data = AllBytes();
+  ASSERT_EQ(daemon_->Call(http::verb::put,
+                          "/v1/sandboxes/" + a + "/files?path=/home/user/proj/src/blob&parents=true",
+                          data)
+                .status,
+            200);
+  ASSERT_EQ(daemon_->Call(http::verb::post, "/v1/sandboxes/" + a + "/exec",
+                          R"({"cmd": "cd proj && echo hi > 'a file' && ln -s src/blob link"})")
+                .status,
+            200);
+  Reply tar = daemon_->Call(http::verb::get, "/v1/sandboxes/" + a + "/files/tar?path=/home/user/proj");
+  ASSERT_EQ(tar.status, 200) << tar.body.substr(0, 300);
+  EXPECT_EQ(tar.headers["Content-Type"], "application/x-tar");
+  ASSERT_GT(tar.body.size(), data.size());
+
+  Reply put = daemon_->Call(http::verb::put, "/v1/sandboxes/" + b + "/files/tar?path=copy", tar.body);
+  ASSERT_EQ(put.status, 204) << put.body;
+  EXPECT_EQ(daemon_->Call(http::verb::get, "/v1/sandboxes/" + b + "/files?path=copy/src/blob").body,
+            data);
+  Reply check = daemon_->Call(http::verb::post, "/v1/sandboxes/" + b + "/exec",
+                              R"({"cmd": "cd copy && cat 'a file' && readlink link && stat -c %U src/blob"})");
+  ASSERT_EQ(check.status, 200) << check.body;
+  EXPECT_EQ(check.Json()["stdout"], "hi\nsrc/blob\nuser\n") << check.body;
+
+  // Not a directory, not there, not a tar: clear 4xx answers.
+  EXPECT_EQ(daemon_->Call(http::verb::get, "/v1/sandboxes/" + a + "/files/tar?path=/home/user/proj/a%20file")
+                .status,
+            400);
+  EXPECT_EQ(daemon_->Call(http::verb::get, "/v1/sandboxes/" + a + "/files/tar?path=/nope").status, 404);
+  Reply junk = daemon_->Call(http::verb::put, "/v1/sandboxes/" + b + "/files/tar?path=junk",
+                             "this is not a tar archive");
+  EXPECT_EQ(junk.status, 400) << junk.body;
+}
+
+TEST_F(DaemonTest, TarWithEscapingNamesStaysInside) {
+  const std::string a = CreateSandbox();
+  ASSERT_FALSE(a.empty());
+  const std::string exec = "/v1/sandboxes/" + a + "/exec";
+  // Build a hostile archive inside the sandbox itself: a member named with "..", and one with
+  // an absolute name; then unpack it through the API into a fresh directory.
+  Reply made = daemon_->Call(
+      http::verb::post, exec,
+      R"({"cmd": "mkdir -p /tmp/h/d && echo evil > /tmp/h/evil && cd /tmp/h/d && tar -cf /tmp/evil.tar -P ../evil /tmp/h/evil"})");
+  ASSERT_EQ(made.status, 200) << made.body;
+  ASSERT_EQ(made.Json()["exit_code"], 0) << made.body;
+  Reply tar = daemon_->Call(http::verb::get, "/v1/sandboxes/" + a + "/files?path=/tmp/evil.tar");
+  ASSERT_EQ(tar.status, 200);
+  ASSERT_EQ(daemon_->Call(http::verb::post, exec, R"({"cmd": "rm -rf /tmp/h"})").status, 200);
+  Reply put = daemon_->Call(http::verb::put, "/v1/sandboxes/" + a + "/files/tar?path=/home/user/x",
+                            tar.body);
+  EXPECT_EQ(put.status, 400) << put.body;  // tar refuses the ".." member
+  Reply where = daemon_->Call(http::verb::post, exec,
+                              R"({"cmd": "ls /home/user/evil /tmp/h/evil 2>&1; find /home/user/x"})");
+  ASSERT_EQ(where.status, 200);
+  const std::string out = where.Json()["stdout"];
+  EXPECT_NE(out.find("cannot access '/home/user/evil'"), std::string::npos) << out;
+  EXPECT_NE(out.find("cannot access '/tmp/h/evil'"), std::string::npos) << out;
+}
+
+// Reads one sample from Prometheus text: the value of the line starting with `series`.
+double Sample(const std::string& text, const std::string& series) {
+  size_t at = text.find("\n" + series + " ");
+  if (at == std::string::npos) return -1;
+  return std::atof(text.c_str() + at + series.size() + 2);
+}
+
+TEST_F(DaemonTest, MetricsCountSandboxesOperationsAndErrors) {
+  const std::string id = CreateSandbox();
+  ASSERT_FALSE(id.empty());
+  ASSERT_EQ(daemon_->Call(http::verb::post, "/v1/sandboxes/" + id + "/exec", R"({"cmd": "true"})")
+                .status,
+            200);
+  EXPECT_EQ(daemon_->Call(http::verb::get, "/v1/sandboxes/sbx-aaaaaaaaaaaaaaaa").status, 404);
+  EXPECT_EQ(daemon_->Call(http::verb::post, "/v1/sandboxes", "{bad").status, 400);
+
+  EXPECT_EQ(Http(daemon_->port(), http::verb::get, "/metrics", "", std::nullopt).status, 401);
+  Reply m = daemon_->Call(http::verb::get, "/metrics");
+  ASSERT_EQ(m.status, 200) << m.body;
+  EXPECT_TRUE(m.headers["Content-Type"].starts_with("text/plain; version=0.0.4")) << m.headers["Content-Type"];
+  const std::string& t = m.body;
+  EXPECT_EQ(Sample(t, R"(airlock_sandboxes{state="running"})"), 1) << t;
+  EXPECT_EQ(Sample(t, R"(airlock_operations_total{op="create",result="ok"})"), 1) << t;
+  EXPECT_EQ(Sample(t, R"(airlock_operations_total{op="exec",result="ok"})"), 1) << t;
+  EXPECT_EQ(Sample(t, R"(airlock_operation_seconds_count{op="create",result="ok"})"), 1) << t;
+  EXPECT_EQ(Sample(t, R"(airlock_operation_seconds_bucket{op="exec",result="ok",le="+Inf"})"), 1)
+      << t;
+  EXPECT_GE(Sample(t, R"(airlock_api_errors_total{code="not_found"})"), 1) << t;
+  EXPECT_GE(Sample(t, R"(airlock_api_errors_total{code="invalid_argument"})"), 1) << t;
+  EXPECT_GE(Sample(t, R"(airlock_api_errors_total{code="unauthenticated"})"), 1) << t;
+  // Every line is a comment or "name{labels} value".
+  std::istringstream lines(t);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.starts_with("#")) continue;
+    EXPECT_NE(line.rfind(' '), std::string::npos) << line;
+    EXPECT_TRUE(line.starts_with("airlock_")) << line;
+  }
+}
+
+// Waits up to `timeout` for GET of `id` to answer `status`.
+bool WaitForStatus(Daemon& d, const std::string& id, int status, std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (d.Call(http::verb::get, "/v1/sandboxes/" + id).status == status) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+TEST_F(DaemonTest, TtlExpiryDestroysTheSandbox) {
+  const std::string short_lived = CreateSandbox(R"({"ttl_seconds": 1})");
+  const std::string long_lived = CreateSandbox(R"({"ttl_seconds": 600})");
+  ASSERT_FALSE(short_lived.empty());
+  ASSERT_FALSE(long_lived.empty());
+  EXPECT_TRUE(WaitForStatus(*daemon_, short_lived, 404, std::chrono::seconds(15)));
+  EXPECT_FALSE(fs::exists(daemon_->state_dir() + "/jail/" + short_lived));
+  EXPECT_TRUE(CgroupsNamed(short_lived).empty());
+  EXPECT_EQ(daemon_->Call(http::verb::get, "/v1/sandboxes/" + long_lived).Json()["state"],
+            "running");
+  EXPECT_EQ(Sample(daemon_->Call(http::verb::get, "/metrics").body, "airlock_ttl_expired_total"), 1);
+  // PATCH restarts the clock: a sandbox given more time outlives its first deadline.
+  const std::string extended = CreateSandbox(R"({"ttl_seconds": 1})");
+  ASSERT_FALSE(extended.empty());
+  ASSERT_EQ(daemon_->Call(http::verb::patch, "/v1/sandboxes/" + extended, R"({"ttl_seconds": 600})")
+                .status,
+            200);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  EXPECT_EQ(daemon_->Call(http::verb::get, "/v1/sandboxes/" + extended).status, 200);
+}
+
+TEST_F(DaemonTest, TtlDeadlinePassedWhileDownIsHonouredAtStart) {
+  const std::string id = CreateSandbox(R"({"ttl_seconds": 2})");
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(WIFSIGNALED(daemon_->Stop(SIGKILL)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  const std::string state_dir = daemon_->state_dir();
+  daemon_.reset();
+  daemon_.emplace(state_dir);
+  ASSERT_TRUE(daemon_->Start());
+  EXPECT_TRUE(WaitForStatus(*daemon_, id, 404, std::chrono::seconds(10)));
+  EXPECT_FALSE(fs::exists(state_dir + "/jail/" + id));
+  EXPECT_TRUE(CgroupsNamed(id).empty());
+}
+
+TEST_F(DaemonTest, ConfigFileAppliesAndFlagsOverrideIt) {
+  const std::string config = dir_ + "/airlockd.toml";
+  {
+    std::ofstream out(config);
+    out << "# test config\nno_auth = true\non-shutdown = \"keep\"   # flags win\nworkers = 8\n";
+  }
+  const std::string state_dir = daemon_->state_dir();
+  ASSERT_EQ(daemon_->Stop(SIGTERM), 0);
+  daemon_.reset();
+  // The fixture's flags include --on-shutdown destroy, which overrides the file's keep.
+  daemon_.emplace(state_dir, std::vector<std::string>{"--config", config});
+  ASSERT_TRUE(daemon_->Start());
+  EXPECT_EQ(Http(daemon_->port(), http::verb::get, "/v1/sandboxes", "", std::nullopt).status, 200)
+      << "no_auth from the file did not apply";
+  const std::string gone = CreateSandbox();
+  ASSERT_FALSE(gone.empty());
+  ASSERT_EQ(daemon_->Stop(SIGTERM), 0);
+  EXPECT_FALSE(fs::exists(state_dir + "/jail/" + gone));
+
+  // on_shutdown keep: SIGTERM leaves the sandbox running for the next start to adopt.
+  daemon_.reset();
+  daemon_.emplace(state_dir, std::vector<std::string>{"--on-shutdown", "keep"});
+  ASSERT_TRUE(daemon_->Start());
+  const std::string kept = CreateSandbox();
+  ASSERT_FALSE(kept.empty());
+  ASSERT_EQ(daemon_->Stop(SIGTERM), 0);
+  EXPECT_TRUE(fs::exists(state_dir + "/jail/" + kept));
+  daemon_.reset();
+  daemon_.emplace(state_dir);
+  ASSERT_TRUE(daemon_->Start());
+  EXPECT_EQ(daemon_->Call(http::verb::get, "/v1/sandboxes/" + kept).Json()["state"], "running");
+
+  // A bad file stops the start, naming the line.
+  {
+    std::ofstream out(config);
+    out << "listen = \"127.0.0.1:0\"\nbogus = 1\n";
+  }
+  Daemon bad(dir_ + "/state2", {"--config", config});
+  EXPECT_FALSE(bad.Start());
+  const std::string log = bad.Log();
+  EXPECT_NE(log.find("line 2: unknown setting 'bogus'"), std::string::npos) << log;
 }
 
 }  // namespace

@@ -122,7 +122,8 @@ class Daemon {
     std::vector<std::string> args = {AIRLOCKD_PATH, "--listen", "127.0.0.1:0", "--state-dir",
                                      state_dir_,    "--agent",  AIRLOCK_AGENT_PATH,
                                      "--launcher",  AIRLOCK_JAIL_LAUNCHER_PATH,
-                                     "--log-level", "debug"};
+                                     "--log-level", "debug",
+                                     "--on-shutdown", "destroy"};
     args.insert(args.end(), extra_args_.begin(), extra_args_.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());

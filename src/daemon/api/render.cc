@@ -27,7 +27,7 @@ json SandboxJson(const SandboxView& s) {
   };
   json metadata = json::object();
   for (const auto& [key, value] : s.metadata) metadata[key] = value;
-  return {
+  json doc = {
       {"id", s.id},
       {"state", s.state},
       {"template", s.template_name},
@@ -37,6 +37,8 @@ json SandboxJson(const SandboxView& s) {
       {"limits", std::move(limits)},
       {"metadata", std::move(metadata)},
   };
+  if (!s.error.empty()) doc["error"] = s.error;
+  return doc;
 }
 
 void PutBytes(json& doc, const std::string& field, const std::string& bytes) {
@@ -94,19 +96,25 @@ std::string RenderExecResult(const ExecResultView& r) {
   return Dump(doc);
 }
 
+namespace {
+json FileEntryJson(const FileEntryView& e) {
+  json entry = {
+      {"type", e.type},
+      {"mode", OctalMode(e.mode)},
+      {"size", e.size},
+      {"mtime", FormatTimestamp(e.mtime)},
+  };
+  PutBytes(entry, "name", e.name);
+  if (!e.link_target.empty()) PutBytes(entry, "link_target", e.link_target);
+  return entry;
+}
+}  // namespace
+
+std::string RenderFileEntry(const FileEntryView& entry) { return Dump(FileEntryJson(entry)); }
+
 std::string RenderFileList(std::string_view path, std::span<const FileEntryView> entries) {
   json list = json::array();
-  for (const auto& e : entries) {
-    json entry = {
-        {"type", e.type},
-        {"mode", OctalMode(e.mode)},
-        {"size", e.size},
-        {"mtime", FormatTimestamp(e.mtime)},
-    };
-    PutBytes(entry, "name", e.name);
-    if (!e.link_target.empty()) PutBytes(entry, "link_target", e.link_target);
-    list.push_back(std::move(entry));
-  }
+  for (const auto& e : entries) list.push_back(FileEntryJson(e));
   json doc = {{"entries", std::move(list)}};
   PutBytes(doc, "path", std::string(path));
   return Dump(doc);

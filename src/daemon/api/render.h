@@ -26,10 +26,11 @@ struct SandboxView {
   std::chrono::system_clock::time_point expires_at;
   runtime::Limits limits;  // cpus, memory_mb, pids_max, disk_mb are shown
   Metadata metadata;       // env is never shown: it may hold secrets
+  std::string error;       // why a failed sandbox failed (shown only when not empty)
 };
 
 // {"id", "state", "template", "engine", "created_at", "expires_at", "limits": {...},
-//  "metadata": {...}}
+//  "metadata": {...}, "error"?}
 std::string RenderSandbox(const SandboxView& sandbox);
 // {"sandboxes": [ ... ]}
 std::string RenderSandboxList(std::span<const SandboxView> sandboxes);
@@ -59,6 +60,8 @@ struct FileEntryView {
   std::string link_target;  // symlinks only
 };
 
+// {"name", "type", "mode": "0644", "size", "mtime", "link_target"?} (with the encodings below).
+std::string RenderFileEntry(const FileEntryView& entry);
 // {"path": ..., "entries": [{"name", "type", "mode": "0644", "size", "mtime", "link_target"?}]}.
 // name, path and link_target follow the exec output rule: "name_encoding" is "utf-8" or
 // "base64" (for names that are not valid UTF-8), and likewise for the others.

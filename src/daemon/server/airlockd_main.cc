@@ -1,12 +1,14 @@
 // airlockd: the Airlock daemon. Serves the REST API (docs/api/openapi.yaml) over HTTP/1.1 and
 // runs sandboxes with the jail engine.
 //
-//   airlockd [--listen HOST:PORT] [--state-dir DIR] [--no-auth] [--agent PATH]
-//            [--launcher PATH] [--log-level LEVEL]
+//   airlockd [--config FILE] [--listen HOST:PORT] [--state-dir DIR] [--no-auth]
+//            [--on-shutdown keep|destroy] [--workers N] [--agent PATH] [--launcher PATH]
+//            [--log-level LEVEL]
 //
 // The first line on stdout is "listening on HOST:PORT" (with the real port when PORT is 0).
-// SIGTERM / SIGINT: stop accepting, answer the requests in flight, destroy the sandboxes this
-// process created, exit 0.
+// At start it reconciles its records with what the engine has (adopting live sandboxes).
+// SIGTERM / SIGINT: stop accepting, answer the requests in flight, then keep the sandboxes for
+// the next start (on_shutdown = keep, the default) or destroy them; exit 0.
 
 #include <unistd.h>
 
@@ -20,8 +22,11 @@
 #include <system_error>
 
 #include "common/log.h"
+#include "common/syscall.h"
+#include "daemon/server/config.h"
 #include "daemon/server/controller.h"
 #include "daemon/server/http_server.h"
+#include "daemon/server/metrics.h"
 #include "daemon/server/router.h"
 #include "daemon/store/store.h"
 #include "runtime/jail/jail_runtime.h"
@@ -29,53 +34,59 @@
 namespace {
 
 namespace fs = std::filesystem;
+using airlock::daemon::Config;
 
 constexpr const char* kUsage =
-    "usage: airlockd [--listen HOST:PORT] [--state-dir DIR] [--no-auth] [--agent PATH]\n"
-    "                [--launcher PATH] [--log-level trace|debug|info|warn|error]\n";
-
-struct Flags {
-  std::string listen = "127.0.0.1:7878";
-  std::string state_dir = "/var/lib/airlock";
-  bool no_auth = false;
-  std::string agent_path;
-  std::string launcher_path;
-  std::string log_level = "info";
-};
+    "usage: airlockd [--config FILE] [--listen HOST:PORT] [--state-dir DIR] [--no-auth]\n"
+    "                [--on-shutdown keep|destroy] [--workers N] [--agent PATH]\n"
+    "                [--launcher PATH] [--log-level trace|debug|info|warn|error]\n"
+    "Settings come from the defaults, then the config file (--config, else\n"
+    "/etc/airlock/airlockd.toml if it exists), then the flags. See docs/airlockd.md.\n";
 
 [[noreturn]] void Die(const std::string& message, int code = 1) {
   std::fprintf(stderr, "airlockd: %s\n", message.c_str());
   std::exit(code);
 }
 
-Flags ParseFlags(int argc, char** argv) {
-  Flags flags;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) Die(arg + " needs a value\n" + kUsage, 2);
-      return argv[++i];
-    };
-    if (arg == "--listen") {
-      flags.listen = value();
-    } else if (arg == "--state-dir") {
-      flags.state_dir = value();
-    } else if (arg == "--no-auth") {
-      flags.no_auth = true;
-    } else if (arg == "--agent") {
-      flags.agent_path = value();
-    } else if (arg == "--launcher") {
-      flags.launcher_path = value();
-    } else if (arg == "--log-level") {
-      flags.log_level = value();
-    } else if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else {
-      Die("unknown option " + arg + "\n" + kUsage, 2);
+Config LoadConfig(int argc, char** argv) {
+  // The config file first, wherever --config is on the line; the flags then override it.
+  std::string path;
+  bool explicit_path = false;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) == "--config") {
+      path = argv[i + 1];
+      explicit_path = true;
     }
   }
-  return flags;
+  if (!explicit_path && fs::exists(airlock::daemon::kDefaultConfigPath)) {
+    path = airlock::daemon::kDefaultConfigPath;
+  }
+  Config config;
+  if (!path.empty()) {
+    auto text = airlock::ReadFileToString(path, 1 << 20);
+    if (!text) Die("reading the config file: " + text.error().message(), 2);
+    if (auto st = config.ApplyFile(*text); !st) Die(path + ": " + st.error().message(), 2);
+  }
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    if (!arg.starts_with("--")) Die("unexpected argument " + arg + "\n" + kUsage, 2);
+    const std::string key = arg.substr(2);
+    if (key == "no-auth") {
+      (void)config.Set(key, "true");
+      continue;
+    }
+    if (i + 1 >= argc) Die(arg + " needs a value\n" + kUsage, 2);
+    const std::string value = argv[++i];
+    if (key == "config") continue;
+    if (auto st = config.Set(key, value); !st) {
+      Die("--" + key + ": " + st.error().message() + "\n" + kUsage, 2);
+    }
+  }
+  return config;
 }
 
 // "127.0.0.1:7878", "[::1]:0", "localhost:7878".
@@ -113,12 +124,13 @@ std::string FindHelper(const std::string& explicit_path, const char* name, const
 
 int main(int argc, char** argv) {
   using namespace airlock;
-  const Flags flags = ParseFlags(argc, argv);
+  const Config flags = LoadConfig(argc, argv);
   InitLogging("airlockd", flags.log_level);
   std::signal(SIGPIPE, SIG_IGN);
 
   daemon::HttpServerOptions server_options;
   ParseListen(flags.listen, server_options);
+  server_options.workers = flags.workers;
   if (flags.no_auth && !server_options.address.is_loopback()) {
     Die("--no-auth is refused unless --listen is a loopback address", 2);
   }
@@ -149,14 +161,19 @@ int main(int argc, char** argv) {
 
   jail::JailOptions jail_options;
   jail_options.state_dir = flags.state_dir;
-  jail_options.agent_path = FindHelper(flags.agent_path, "airlock-agent", "--agent");
-  jail_options.launcher_path = FindHelper(flags.launcher_path, "airlock-jail", "--launcher");
+  jail_options.agent_path = FindHelper(flags.agent, "airlock-agent", "--agent");
+  jail_options.launcher_path = FindHelper(flags.launcher, "airlock-jail", "--launcher");
   auto runtime = jail::JailRuntime::Open(jail_options);
   if (!runtime) Die("opening the jail engine: " + runtime.error().message());
 
   daemon::Controller controller(**store, **runtime);
-  if (auto st = controller.CleanUpPreviousRun(); !st) Die(st.error().message());
-  daemon::Router router(controller, **store, /*auth_required=*/!flags.no_auth);
+  daemon::Metrics metrics;
+  auto recovered = controller.Recover();
+  if (!recovered) Die(recovered.error().message());
+  metrics.SetRecovery(recovered->adopted, recovered->failed, recovered->finished,
+                      recovered->orphans_removed);
+  controller.StartReaper();
+  daemon::Router router(controller, **store, metrics, /*auth_required=*/!flags.no_auth);
   auto server = daemon::HttpServer::Listen(server_options, router);
   if (!server) Die(server.error().message());
 
@@ -169,7 +186,12 @@ int main(int argc, char** argv) {
 
   (*server)->Run();
   server->reset();
-  controller.DestroyAll();
+  controller.StopReaper();
+  if (flags.on_shutdown == daemon::OnShutdown::kDestroy) {
+    controller.DestroyAll();
+  } else {
+    spdlog::info("keeping the sandboxes for the next start to adopt");
+  }
   spdlog::info("stopped");
   return 0;
 }

@@ -1,7 +1,9 @@
 #include "daemon/server/controller.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <set>
 #include <utility>
 
 #include "common/ids.h"
@@ -43,7 +45,40 @@ protocol::Exec ToProtocolExec(const api::ExecRequest& request) {
   return exec;
 }
 
+// Idle agent channels kept per sandbox; more are opened while more commands run at once.
+constexpr size_t kMaxIdleChannels = 4;
+// The default user's home in the base template: where relative file paths start.
+constexpr const char* kDefaultHome = "/home/user";
+const SandboxState kRunningOnly[] = {SandboxState::kRunning};
+
+std::string BaseName(const std::string& path) {
+  std::string_view p = path;
+  while (p.size() > 1 && p.ends_with('/')) p.remove_suffix(1);
+  const size_t slash = p.rfind('/');
+  return std::string(slash == std::string_view::npos ? p : p.substr(slash + 1));
+}
+
 }  // namespace
+
+class Controller::Channel {
+ public:
+  Channel(std::shared_ptr<Live> live, protocol::BlockingClient client)
+      : live_(std::move(live)), client_(std::move(client)) {
+    client_->set_receive_timeout(std::chrono::seconds(60));
+  }
+  protocol::BlockingClient* operator->() { return &*client_; }
+  // The operation ended cleanly: the channel goes back to the sandbox's pool. (A channel that
+  // saw an error is closed instead: its stream state is not worth reasoning about.)
+  void Keep() {
+    std::lock_guard lock(live_->channels_mu);
+    if (live_->idle.size() < kMaxIdleChannels) live_->idle.push_back(std::move(*client_));
+    client_.reset();
+  }
+
+ private:
+  std::shared_ptr<Live> live_;
+  std::optional<protocol::BlockingClient> client_;
+};
 
 std::shared_ptr<Controller::Live> Controller::FindLive(const std::string& id) {
   std::lock_guard lock(mu_);
@@ -51,25 +86,142 @@ std::shared_ptr<Controller::Live> Controller::FindLive(const std::string& id) {
   return it == live_.end() ? nullptr : it->second;
 }
 
-Status Controller::CleanUpPreviousRun() {
+void Controller::Hold(const std::string& id) {
+  std::lock_guard lock(mu_);
+  live_.try_emplace(id, std::make_shared<Live>());
+}
+
+Controller::~Controller() { StopReaper(); }
+
+Result<RecoveryReport> Controller::Recover() {
+  RecoveryReport report;
   auto records = store_.List();
   if (!records) return std::unexpected(records.error().Wrap("listing records at start"));
+  std::set<std::string> claimed;  // ids whose record was dealt with
   for (const SandboxRecord& rec : *records) {
     if (rec.state == SandboxState::kDestroyed) continue;
-    if (rec.state != SandboxState::kDestroying) {
-      auto moved = store_.Transition(rec.id, {}, SandboxState::kDestroying);
-      if (!moved) {
-        spdlog::warn("start: cannot move {} to destroying: {}", rec.id, moved.error().message());
-        continue;
-      }
-    }
-    spdlog::info("start: destroying {} (was {}; adoption is not implemented)", rec.id,
-                 store::SandboxStateName(rec.state));
-    if (auto st = FinishDestroy(rec.id); !st) {
-      spdlog::warn("start: {}", st.error().message());
-    }
+    claimed.insert(rec.id);
+    RecoverOne(rec, report);
   }
-  return {};
+  auto found = runtime_.ListSandboxes();
+  if (!found) return std::unexpected(found.error().Wrap("listing the engine's sandboxes"));
+  for (const std::string& id : *found) {
+    if (claimed.contains(id)) continue;
+    spdlog::warn("start: removing {}, which no live record claims", id);
+    if (auto st = runtime_.Destroy(id); !st) {
+      spdlog::error("start: removing {}: {}", id, st.error().message());
+      continue;
+    }
+    ++report.orphans_removed;
+  }
+  spdlog::info("start: {} adopted, {} not recoverable, {} destroys finished, {} orphans removed",
+               report.adopted, report.failed, report.finished, report.orphans_removed);
+  return report;
+}
+
+void Controller::RecoverOne(const SandboxRecord& rec, RecoveryReport& report) {
+  const std::string& id = rec.id;
+  // Destroys what the engine holds for `id` and records why the sandbox is gone.
+  auto give_up = [&](const std::string& why) {
+    spdlog::warn("start: {} ({}) not recovered: {}", id, store::SandboxStateName(rec.state), why);
+    if (auto st = runtime_.Destroy(id); !st) spdlog::error("start: {}", st.error().message());
+    if (auto st = store_.MarkFailed(id, why); !st) spdlog::error("start: {}", st.error().message());
+    ++report.failed;
+  };
+  switch (rec.state) {
+    case SandboxState::kCreating:
+      // Never acknowledged: the 201 goes out only once the record says running.
+      give_up("airlockd stopped during the create; what it had made was removed");
+      return;
+    case SandboxState::kDestroying:
+      if (auto st = FinishDestroy(id); !st) {
+        spdlog::error("start: {}", st.error().message());
+      } else {
+        ++report.finished;
+      }
+      return;
+    case SandboxState::kFailed:
+      // Keeps the record (and its reason) for the caller; removes anything left behind.
+      if (auto st = runtime_.Destroy(id); !st) spdlog::error("start: {}", st.error().message());
+      return;
+    case SandboxState::kRunning:
+    case SandboxState::kPaused:
+      break;
+    case SandboxState::kDestroyed:
+      return;
+  }
+  if (rec.engine != runtime_.name()) {
+    give_up("its engine '" + rec.engine + "' is not the one this daemon runs");
+    return;
+  }
+  const bool paused = rec.state == SandboxState::kPaused;
+  auto adopted = runtime_.Adopt(id, static_cast<pid_t>(rec.init_pid), paused);
+  if (!adopted) {
+    give_up("airlockd restarted and " + adopted.error().message());
+    return;
+  }
+  Hold(id);
+  if (!paused) {  // a frozen agent cannot answer; its channel is opened after the resume
+    auto channel = Acquire(id);
+    if (!channel) {
+      {
+        std::lock_guard lock(mu_);
+        live_.erase(id);
+      }
+      give_up("airlockd restarted and its agent does not answer: " + channel.error().message());
+      return;
+    }
+    channel->Keep();
+  }
+  spdlog::info("start: adopted {} ({})", id, store::SandboxStateName(rec.state));
+  ++report.adopted;
+}
+
+void Controller::StartReaper(std::chrono::milliseconds period) {
+  reaper_ = std::thread([this, period] {
+    std::unique_lock lock(reaper_mu_);
+    while (!reaper_stop_) {
+      lock.unlock();
+      ReapExpired();
+      lock.lock();
+      reaper_cv_.wait_for(lock, period, [this] { return reaper_stop_; });
+    }
+  });
+}
+
+void Controller::StopReaper() {
+  {
+    std::lock_guard lock(reaper_mu_);
+    reaper_stop_ = true;
+  }
+  reaper_cv_.notify_all();
+  if (reaper_.joinable()) reaper_.join();
+}
+
+int Controller::ReapExpired() {
+  auto ids = store_.Expired(NowMs());
+  if (!ids) {
+    spdlog::error("ttl: {}", ids.error().message());
+    return 0;
+  }
+  int destroyed = 0;
+  for (const std::string& id : *ids) {
+    auto record = store_.Get(id);
+    // A create in progress is left to finish; its deadline is checked again on the next pass.
+    if (!record || record->state == SandboxState::kCreating) continue;
+    if (auto st = Destroy(id); !st) {
+      // A delete that won the race is not an error.
+      if (st.error().code() != ErrorCode::kNotFound &&
+          st.error().code() != ErrorCode::kFailedPrecondition) {
+        spdlog::error("ttl: {}", st.error().message());
+      }
+      continue;
+    }
+    spdlog::info("ttl: {} expired and was destroyed", id);
+    ++destroyed;
+    ++expired_total_;
+  }
+  return destroyed;
 }
 
 Result<SandboxRecord> Controller::Create(const api::CreateSandboxRequest& request) {
@@ -102,6 +254,10 @@ Result<SandboxRecord> Controller::Create(const api::CreateSandboxRequest& reques
   auto sandbox = runtime_.Create(spec);
   if (!sandbox) return fail(std::move(sandbox.error()));
   auto destroy_and_fail = [&](Error error) {
+    {
+      std::lock_guard lock(mu_);
+      live_.erase(id);
+    }
     if (auto st = runtime_.Destroy(id); !st) {
       spdlog::error("undoing the create of {}: {}", id, st.error().message());
     }
@@ -115,20 +271,14 @@ Result<SandboxRecord> Controller::Create(const api::CreateSandboxRequest& reques
     return destroy_and_fail(std::move(st.error()));
   }
   auto live = std::make_shared<Live>();
-  live->client.emplace(std::move(*client));
+  live->idle.push_back(std::move(*client));
   {
     std::lock_guard lock(mu_);
     live_[id] = live;
   }
   const SandboxState from[] = {SandboxState::kCreating};
   auto running = store_.Transition(id, from, SandboxState::kRunning);
-  if (!running) {
-    {
-      std::lock_guard lock(mu_);
-      live_.erase(id);
-    }
-    return destroy_and_fail(std::move(running.error()));
-  }
+  if (!running) return destroy_and_fail(std::move(running.error()));
   spdlog::info("created {} (agent pid {} on the host)", id, info.init_pid);
   return running;
 }
@@ -184,7 +334,7 @@ Status Controller::FinishDestroy(const std::string& id) {
   }
   {
     std::lock_guard lock(mu_);
-    live_.erase(id);  // an exec still running keeps its Live until it sees the channel close
+    live_.erase(id);  // commands still running see their channels close
   }
   const SandboxState from[] = {SandboxState::kDestroying};
   if (auto done = store_.Transition(id, from, SandboxState::kDestroyed); !done) {
@@ -213,15 +363,14 @@ Result<SandboxRecord> Controller::Pause(const std::string& id) {
   if (live) lock = std::unique_lock(live->lifecycle_mu);
   auto record = Get(id);
   if (!record) return record;
-  const SandboxState from[] = {SandboxState::kRunning};
-  if (auto st = store::RequireState(id, record->state, from); !st) {
+  if (auto st = store::RequireState(id, record->state, kRunningOnly); !st) {
     return std::unexpected(st.error());
   }
   if (!live) return Fail(ErrorCode::kUnavailable, "sandbox " + id + " is not held by this daemon");
   if (auto st = runtime_.Pause(id); !st) {
     return std::unexpected(st.error().Wrap("pausing " + id));
   }
-  return store_.Transition(id, from, SandboxState::kPaused);
+  return store_.Transition(id, kRunningOnly, SandboxState::kPaused);
 }
 
 Result<SandboxRecord> Controller::Resume(const std::string& id) {
@@ -241,54 +390,216 @@ Result<SandboxRecord> Controller::Resume(const std::string& id) {
   return store_.Transition(id, from, SandboxState::kRunning);
 }
 
-Result<protocol::ExecResult> Controller::Exec(const std::string& id,
-                                              const api::ExecRequest& request) {
-  const SandboxState running[] = {SandboxState::kRunning};
-  std::shared_ptr<Live> live = FindLive(id);
-  if (!live) {
-    // Not held here: unknown, destroyed, failed, or (not yet possible) another daemon's.
-    auto record = Get(id);
-    if (!record) return std::unexpected(record.error());
-    if (auto st = store::RequireState(id, record->state, running); !st) {
-      return std::unexpected(st.error());
-    }
-    return Fail(ErrorCode::kUnavailable, "sandbox " + id + " is not held by this daemon");
-  }
-  std::lock_guard exec_lock(live->exec_mu);
-  // Checked after waiting for the lock: the sandbox may have been paused or destroyed meanwhile.
+Result<Controller::Channel> Controller::Acquire(const std::string& id) {
   auto record = Get(id);
   if (!record) return std::unexpected(record.error());
-  if (auto st = store::RequireState(id, record->state, running); !st) {
+  if (auto st = store::RequireState(id, record->state, kRunningOnly); !st) {
     return std::unexpected(st.error());
   }
-  if (!live->client) {
-    return Fail(ErrorCode::kUnavailable, "the agent channel of " + id + " is closed");
+  std::shared_ptr<Live> live = FindLive(id);
+  if (!live) return Fail(ErrorCode::kUnavailable, "sandbox " + id + " is not held by this daemon");
+  {
+    std::lock_guard lock(live->channels_mu);
+    if (!live->idle.empty()) {
+      protocol::BlockingClient client = std::move(live->idle.back());
+      live->idle.pop_back();
+      return Channel(live, std::move(client));
+    }
   }
+  auto fd = runtime_.ConnectAgent(id);
+  if (!fd) return std::unexpected(Explain(id, std::move(fd.error())));
+  auto client = protocol::BlockingClient::Connect(std::move(*fd), "airlockd " AIRLOCK_BUILD_ID);
+  if (!client) {
+    return std::unexpected(Explain(id, client.error().Wrap("connecting to the agent of " + id)));
+  }
+  return Channel(live, std::move(*client));
+}
+
+Error Controller::Explain(const std::string& id, Error error) {
+  auto now = Get(id);
+  if (!now) return std::move(now.error());
+  if (auto st = store::RequireState(id, now->state, kRunningOnly); !st) {
+    return std::move(st.error());
+  }
+  return error;
+}
+
+Result<protocol::ExecResult> Controller::Exec(const std::string& id,
+                                              const api::ExecRequest& request) {
+  auto channel = Acquire(id);
+  if (!channel) return std::unexpected(channel.error());
   protocol::Exec exec = ToProtocolExec(request);
   // The agent ends the command at its timeout (plus the kill grace); until then it may be
   // silent for as long as it likes.
-  live->client->set_receive_timeout(std::chrono::milliseconds(exec.timeout_ms) +
-                                    std::chrono::seconds(30));
-  auto result = live->client->Exec(exec, request.stdin_data);
+  (*channel)->set_receive_timeout(std::chrono::milliseconds(exec.timeout_ms) +
+                                  std::chrono::seconds(30));
+  auto result = (*channel)->Exec(exec, request.stdin_data);
   if (!result) {
-    // A destroy during the exec closes the channel; report the state rather than the EOF.
-    auto now = Get(id);
-    if (!now) return std::unexpected(now.error());
-    if (auto st = store::RequireState(id, now->state, running); !st) {
-      return std::unexpected(st.error());
-    }
+    Error error = Explain(id, std::move(result.error()).Wrap("exec in " + id));
     // The agent's "not found" / "permission denied" are about the command, its cwd or its
     // user, not the sandbox: the caller must change the request (400), not look for the id.
-    Error error = std::move(result.error()).Wrap("exec in " + id);
     if (error.code() == ErrorCode::kNotFound || error.code() == ErrorCode::kPermissionDenied) {
       return Fail(ErrorCode::kInvalidArgument, error.message());
     }
     return std::unexpected(std::move(error));
   }
+  channel->Keep();
   return result;
 }
 
+std::string Controller::Resolve(const std::string& path) const {
+  return path.starts_with('/') ? path : std::string(kDefaultHome) + "/" + path;
+}
+
+Result<std::string> Controller::ReadFile(const std::string& id, const api::FileQuery& query) {
+  auto channel = Acquire(id);
+  if (!channel) return std::unexpected(channel.error());
+  const std::string path = Resolve(query.path);
+  auto info = (*channel)->Stat(path);
+  if (!info) return std::unexpected(Explain(id, std::move(info.error())));
+  if (info->type == protocol::FileType::kDirectory) {
+    return Fail(ErrorCode::kInvalidArgument,
+                path + " is a directory (list it, or read it with .../files/tar)");
+  }
+  if (info->size > api::kMaxFileBytes) {
+    return Fail(ErrorCode::kTooLarge, path + " is " + std::to_string(info->size) +
+                                          " bytes, over the cap of " +
+                                          std::to_string(api::kMaxFileBytes));
+  }
+  // One byte past the cap tells a file that grew since the stat.
+  auto data = (*channel)->ReadFile(path, 0, api::kMaxFileBytes + 1);
+  if (!data) return std::unexpected(Explain(id, std::move(data.error())));
+  if (data->size() > api::kMaxFileBytes) {
+    return Fail(ErrorCode::kTooLarge,
+                path + " grew over the cap of " + std::to_string(api::kMaxFileBytes) + " bytes");
+  }
+  channel->Keep();
+  return data;
+}
+
+Result<protocol::FileInfo> Controller::WriteFile(const std::string& id,
+                                                 const api::FileQuery& query,
+                                                 std::string_view data) {
+  auto channel = Acquire(id);
+  if (!channel) return std::unexpected(channel.error());
+  const std::string path = Resolve(query.path);
+  (*channel)->set_receive_timeout(std::chrono::minutes(5));
+  if (auto st = (*channel)->WriteFile(path, data, query.mode.value_or(0644), query.parents); !st) {
+    return std::unexpected(Explain(id, std::move(st.error())));
+  }
+  auto info = (*channel)->Stat(path);
+  if (!info) return std::unexpected(Explain(id, std::move(info.error())));
+  info->name = BaseName(path);
+  channel->Keep();
+  return info;
+}
+
+Status Controller::DeleteFile(const std::string& id, const api::FileQuery& query) {
+  auto channel = Acquire(id);
+  if (!channel) return std::unexpected(channel.error());
+  (*channel)->set_receive_timeout(std::chrono::minutes(5));
+  if (auto removed = (*channel)->Remove(Resolve(query.path), query.recursive); !removed) {
+    return std::unexpected(Explain(id, std::move(removed.error())));
+  }
+  channel->Keep();
+  return {};
+}
+
+Result<std::vector<protocol::FileInfo>> Controller::ListFiles(const std::string& id,
+                                                              const api::FileQuery& query) {
+  auto channel = Acquire(id);
+  if (!channel) return std::unexpected(channel.error());
+  auto entries = (*channel)->List(Resolve(query.path));
+  if (!entries) return std::unexpected(Explain(id, std::move(entries.error())));
+  channel->Keep();
+  return entries;
+}
+
+Result<protocol::FileInfo> Controller::MakeDirectory(const std::string& id,
+                                                     const api::FileQuery& query) {
+  auto channel = Acquire(id);
+  if (!channel) return std::unexpected(channel.error());
+  const std::string path = Resolve(query.path);
+  if (auto st = (*channel)->Mkdir(path, query.mode.value_or(0755), query.parents); !st) {
+    return std::unexpected(Explain(id, std::move(st.error())));
+  }
+  auto info = (*channel)->Stat(path);
+  if (!info) return std::unexpected(Explain(id, std::move(info.error())));
+  info->name = BaseName(path);
+  channel->Keep();
+  return info;
+}
+
+Result<std::string> Controller::ReadTar(const std::string& id, const api::FileQuery& query) {
+  auto channel = Acquire(id);
+  if (!channel) return std::unexpected(channel.error());
+  const std::string path = Resolve(query.path);
+  auto info = (*channel)->Stat(path);
+  if (!info) return std::unexpected(Explain(id, std::move(info.error())));
+  if (info->type != protocol::FileType::kDirectory) {
+    return Fail(ErrorCode::kInvalidArgument, path + " is not a directory");
+  }
+  protocol::Exec exec;
+  exec.argv = {"tar", "--create", "--format=posix", "--file=-", "--directory=" + path, "."};
+  exec.timeout_ms = 10 * 60 * 1000;
+  exec.output_cap = api::kMaxTarBytes + 1;
+  (*channel)->set_receive_timeout(std::chrono::minutes(11));
+  auto result = (*channel)->Exec(exec);
+  if (!result) {
+    Error error = Explain(id, std::move(result.error()));
+    if (error.code() == ErrorCode::kNotFound) {
+      return Fail(ErrorCode::kUnimplemented, "this sandbox's template has no tar: " + error.message());
+    }
+    return std::unexpected(std::move(error));
+  }
+  if (result->exit.truncated || result->stdout_data.size() > api::kMaxTarBytes) {
+    return Fail(ErrorCode::kTooLarge, "the tar stream of " + path + " is over " +
+                                          std::to_string(api::kMaxTarBytes) + " bytes");
+  }
+  if (result->exit.exit_code != 0) {
+    return Fail(ErrorCode::kInvalidArgument,
+                "tar in the sandbox failed on " + path + ": " + result->stderr_data.substr(0, 1024));
+  }
+  channel->Keep();
+  return std::move(result->stdout_data);
+}
+
+Status Controller::WriteTar(const std::string& id, const api::FileQuery& query,
+                            std::string_view tar) {
+  auto channel = Acquire(id);
+  if (!channel) return std::unexpected(channel.error());
+  const std::string path = Resolve(query.path);
+  if (auto st = (*channel)->Mkdir(path, 0755, /*parents=*/true); !st) {
+    return std::unexpected(Explain(id, std::move(st.error())));
+  }
+  // Extracted by the sandbox's default user, inside the sandbox: whatever the archive holds
+  // (absolute names, "..", links, devices) can do no more than that user could.
+  protocol::Exec exec;
+  exec.argv = {"tar", "--extract", "--file=-", "--directory=" + path, "--no-same-owner",
+               "--no-overwrite-dir"};
+  exec.stdin_mode = protocol::StdinMode::kPipe;
+  exec.timeout_ms = 10 * 60 * 1000;
+  exec.output_cap = 64 * 1024;
+  (*channel)->set_receive_timeout(std::chrono::minutes(11));
+  auto result = (*channel)->Exec(exec, tar);
+  if (!result) {
+    Error error = Explain(id, std::move(result.error()));
+    if (error.code() == ErrorCode::kNotFound) {
+      return Fail(ErrorCode::kUnimplemented, "this sandbox's template has no tar: " + error.message());
+    }
+    return std::unexpected(std::move(error));
+  }
+  if (result->exit.exit_code != 0) {
+    return Fail(ErrorCode::kInvalidArgument,
+                "tar in the sandbox could not unpack into " + path + ": " +
+                    result->stderr_data.substr(0, 1024));
+  }
+  channel->Keep();
+  return {};
+}
+
 void Controller::DestroyAll() {
+  StopReaper();
   std::vector<std::string> ids;
   {
     std::lock_guard lock(mu_);

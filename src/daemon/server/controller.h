@@ -1,16 +1,20 @@
 #pragma once
 // Controller: the sandbox lifecycle behind the API. It writes the record before the engine acts,
-// refuses calls that do not fit the record's state (409 with the current state), and owns the
-// agent channel of every sandbox this process created.
+// refuses calls that do not fit the record's state (409 with the current state), reconciles the
+// records with what the engine finds when the daemon starts, expires sandboxes at their TTL, and
+// keeps a small pool of agent channels per sandbox so that commands run concurrently.
 //
 // Every method blocks (SQLite, the engine, the agent): call them from the daemon's worker pool,
 // never from an IO thread. Thread-safe. Requests arrive already validated (api/types.h).
 
+#include <atomic>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/error.h"
@@ -21,15 +25,35 @@
 
 namespace airlock::daemon {
 
+// What recovery did at start.
+struct RecoveryReport {
+  int adopted = 0;          // running / paused sandboxes taken over, alive
+  int failed = 0;           // records that could not be recovered: marked failed, resources gone
+  int finished = 0;         // destroys a previous run had begun, completed
+  int orphans_removed = 0;  // sandboxes the engine had that no live record claimed
+};
+
 class Controller {
  public:
   // `store` and `runtime` outlive the controller.
   Controller(store::Store& store, runtime::Runtime& runtime) : store_(store), runtime_(runtime) {}
+  ~Controller();
 
-  // Destroys, by id, what records in creating / running / paused / destroying / failed name
-  // (left by a previous run: adoption is not implemented yet) and marks them destroyed, or
-  // failed with the reason. Call once at start, before serving.
-  [[nodiscard]] Status CleanUpPreviousRun();
+  // Call once at start, before serving. Brings every record and every engine resource into
+  // agreement: running / paused sandboxes whose agent is alive are adopted (held as if created
+  // here); creating ones (a create the previous run never finished) and those that cannot be
+  // adopted are destroyed and marked failed with the reason; destroying ones are finished;
+  // sandboxes the engine has but no live record claims are destroyed.
+  [[nodiscard]] Result<RecoveryReport> Recover();
+
+  // Starts the TTL reaper: a thread that destroys sandboxes whose deadline has passed (within
+  // about `period` of it). Stopped by the destructor or StopReaper.
+  void StartReaper(std::chrono::milliseconds period = std::chrono::seconds(1));
+  void StopReaper();
+  // One pass of the reaper (also what the thread runs): the number of sandboxes destroyed.
+  int ReapExpired();
+  // Sandboxes the reaper destroyed since start.
+  uint64_t expired_total() const { return expired_total_; }
 
   // Inserts the record (creating), creates the sandbox, connects its agent, then running; on
   // any failure the record is failed with the error and the error is returned.
@@ -46,29 +70,65 @@ class Controller {
   [[nodiscard]] Status Destroy(const std::string& id);
   [[nodiscard]] Result<store::SandboxRecord> Pause(const std::string& id);
   [[nodiscard]] Result<store::SandboxRecord> Resume(const std::string& id);
-  // Runs one command through the sandbox's agent; one at a time per sandbox (others wait).
+  // Runs one command through the sandbox's agent. Commands in one sandbox run concurrently,
+  // each on its own channel.
   [[nodiscard]] Result<protocol::ExecResult> Exec(const std::string& id,
                                                   const api::ExecRequest& request);
 
-  // Shutdown: destroys every sandbox this process created and still holds. Call after the
-  // server has stopped and its workers are joined.
+  // Files, through the agent (confined to the sandbox's root). Paths that are not absolute are
+  // taken from the default user's home directory.
+  [[nodiscard]] Result<std::string> ReadFile(const std::string& id, const api::FileQuery& query);
+  [[nodiscard]] Result<protocol::FileInfo> WriteFile(const std::string& id,
+                                                     const api::FileQuery& query,
+                                                     std::string_view data);
+  [[nodiscard]] Status DeleteFile(const std::string& id, const api::FileQuery& query);
+  [[nodiscard]] Result<std::vector<protocol::FileInfo>> ListFiles(const std::string& id,
+                                                                  const api::FileQuery& query);
+  [[nodiscard]] Result<protocol::FileInfo> MakeDirectory(const std::string& id,
+                                                         const api::FileQuery& query);
+  // A tar stream of the directory's contents, made by tar inside the sandbox (so a hostile
+  // tree is read with the sandbox's rights only), and its extraction the same way.
+  [[nodiscard]] Result<std::string> ReadTar(const std::string& id, const api::FileQuery& query);
+  [[nodiscard]] Status WriteTar(const std::string& id, const api::FileQuery& query,
+                                std::string_view tar);
+
+  // Shutdown: destroys every sandbox this process holds. Call after the server has stopped and
+  // its workers are joined. (Not calling it keeps them for adoption by the next start.)
   void DestroyAll();
 
  private:
   struct Live {
     std::mutex lifecycle_mu;  // serializes pause / resume / destroy on the engine
-    std::mutex exec_mu;       // one exec at a time on the agent channel
-    std::optional<protocol::BlockingClient> client;  // guarded by exec_mu
+    std::mutex channels_mu;
+    std::vector<protocol::BlockingClient> idle;  // connected channels, guarded by channels_mu
   };
+  // A channel on loan for one operation; given back with Keep() when it ended cleanly.
+  class Channel;
+
   std::shared_ptr<Live> FindLive(const std::string& id);
+  void Hold(const std::string& id);
+  // The sandbox must be held here and running; then a channel to its agent.
+  Result<Channel> Acquire(const std::string& id);
+  // After an operation failed: the sandbox's state if it no longer fits (the destroy or pause
+  // that interrupted it), else `error`.
+  Error Explain(const std::string& id, Error error);
   // Tears down `id` with the engine and records the outcome; the record must be destroying.
   Status FinishDestroy(const std::string& id);
+  // Recovery of one record; counts into `report`.
+  void RecoverOne(const store::SandboxRecord& record, RecoveryReport& report);
+  std::string Resolve(const std::string& path) const;
 
   store::Store& store_;
   runtime::Runtime& runtime_;
   std::mutex patch_mu_;  // a metadata merge is read-modify-write
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Live>> live_;  // guarded by mu_
+
+  std::mutex reaper_mu_;
+  std::condition_variable reaper_cv_;
+  bool reaper_stop_ = false;  // guarded by reaper_mu_
+  std::thread reaper_;
+  std::atomic<uint64_t> expired_total_{0};
 };
 
 }  // namespace airlock::daemon

@@ -59,13 +59,15 @@ asio::awaitable<std::invoke_result_t<Fn&>> OnPool(asio::thread_pool& pool, Fn& f
 
 HttpReply ErrorReply(ErrorCode code, std::string message) {
   api::HttpError e = api::ErrorBody(Error(code, std::move(message)));
-  return {static_cast<unsigned>(e.status), std::move(e.body), ""};
+  HttpReply reply{static_cast<unsigned>(e.status), std::move(e.body), ""};
+  reply.error_code = std::string(ErrorCodeName(code));
+  return reply;
 }
 
 http::response<http::string_body> MakeResponse(HttpReply reply, unsigned version, bool keep_alive) {
   http::response<http::string_body> res{static_cast<http::status>(reply.status), version};
   res.set(http::field::server, "airlockd");
-  if (!reply.body.empty()) res.set(http::field::content_type, "application/json");
+  if (!reply.body.empty()) res.set(http::field::content_type, reply.content_type);
   if (!reply.allow.empty()) res.set(http::field::allow, reply.allow);
   res.keep_alive(keep_alive);
   res.body() = std::move(reply.body);
@@ -83,17 +85,34 @@ struct HttpServer::Impl {
     while (!server.stopping_) {
       http::request_parser<http::string_body> parser;
       parser.header_limit(kMaxHeaderBytes);
-      parser.body_limit(api::kMaxJsonBodyBytes);
+      uint64_t body_limit = api::kMaxJsonBodyBytes;
+      parser.body_limit(body_limit);
       stream.expires_after(kIdleTimeout);
-      co_await http::async_read(stream, buffer, parser,
-                                asio::redirect_error(asio::use_awaitable, ec));
+      co_await http::async_read_header(stream, buffer, parser,
+                                       asio::redirect_error(asio::use_awaitable, ec));
+      if (!ec) {
+        // The header says which route: file and tar uploads may be larger than JSON.
+        const auto& header = parser.get();
+        body_limit = BodyLimit(std::string_view(header.method_string().data(),
+                                                header.method_string().size()),
+                               std::string_view(header.target().data(), header.target().size()));
+        parser.body_limit(body_limit);
+        if (beast::iequals(header[http::field::expect], "100-continue") &&
+            parser.content_length().value_or(0) <= body_limit) {
+          http::response<http::empty_body> go_on{http::status::continue_, header.version()};
+          co_await http::async_write(stream, go_on, asio::redirect_error(asio::use_awaitable, ec));
+        }
+      }
+      if (!ec && !parser.is_done()) {
+        co_await http::async_read(stream, buffer, parser,
+                                  asio::redirect_error(asio::use_awaitable, ec));
+      }
       if (ec) {
         // Answer what the client got wrong; just close on EOF, timeouts and socket errors.
         std::optional<HttpReply> reply;
         if (ec == http::error::body_limit) {
-          reply =
-              ErrorReply(ErrorCode::kTooLarge,
-                         "request body over " + std::to_string(api::kMaxJsonBodyBytes) + " bytes");
+          reply = ErrorReply(ErrorCode::kTooLarge,
+                             "request body over " + std::to_string(body_limit) + " bytes");
         } else if (ec == http::error::header_limit) {
           reply = ErrorReply(ErrorCode::kTooLarge,
                              "request header over " + std::to_string(kMaxHeaderBytes) + " bytes");

@@ -7,9 +7,11 @@
 #include <vector>
 
 #include "common/ids.h"
+#include "daemon/api/json.h"
 #include "daemon/api/query.h"
 #include "daemon/api/render.h"
 #include "daemon/api/types.h"
+#include "protocol/messages.h"
 
 namespace airlock::daemon {
 namespace {
@@ -18,7 +20,49 @@ using store::SandboxRecord;
 
 HttpReply FromError(const Error& error) {
   api::HttpError e = api::ErrorBody(error);
-  return {static_cast<unsigned>(e.status), std::move(e.body), ""};
+  HttpReply reply{static_cast<unsigned>(e.status), std::move(e.body), ""};
+  reply.error_code = std::string(ErrorCodeName(error.code()));
+  return reply;
+}
+
+HttpReply Bytes(std::string body, std::string content_type) {
+  HttpReply reply{200, std::move(body), ""};
+  reply.content_type = std::move(content_type);
+  return reply;
+}
+
+api::FileEntryView ToEntry(const protocol::FileInfo& f) {
+  api::FileEntryView e;
+  e.name = f.name;
+  switch (f.type) {
+    case protocol::FileType::kFile:
+      e.type = "file";
+      break;
+    case protocol::FileType::kDirectory:
+      e.type = "directory";
+      break;
+    case protocol::FileType::kSymlink:
+      e.type = "symlink";
+      break;
+    default:
+      e.type = "other";
+  }
+  e.mode = f.mode;
+  e.size = f.size;
+  e.mtime = std::chrono::system_clock::time_point(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(
+          std::chrono::nanoseconds(f.mtime_ns)));
+  e.link_target = f.link_target;
+  return e;
+}
+
+// Runs `fn`, records its latency and outcome as `op`, and passes its result through.
+template <typename Fn>
+auto Timed(Metrics& metrics, Metrics::Op op, Fn&& fn) {
+  const auto start = std::chrono::steady_clock::now();
+  auto result = fn();
+  metrics.Observe(op, result.has_value(), std::chrono::steady_clock::now() - start);
+  return result;
 }
 
 HttpReply MethodNotAllowed(std::string_view method, std::string_view path,
@@ -33,7 +77,9 @@ HttpReply MethodNotAllowed(std::string_view method, std::string_view path,
                          {{"code", "method_not_allowed"},
                           {"message", std::string(method) + " is not allowed on " +
                                           std::string(path) + "; allowed: " + allow}}}};
-  return {405, doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), allow};
+  HttpReply reply{405, doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), allow};
+  reply.error_code = "method_not_allowed";
+  return reply;
 }
 
 HttpReply NotFoundRoute(std::string_view path) {
@@ -57,6 +103,7 @@ api::SandboxView ToView(const SandboxRecord& r) {
   v.limits.pids_max = static_cast<uint64_t>(r.limits.pids_max);
   v.limits.disk_mb = static_cast<uint64_t>(r.limits.disk_mb);
   v.metadata = r.metadata;
+  if (r.state == store::SandboxState::kFailed) v.error = r.error;
   return v;
 }
 
@@ -87,7 +134,31 @@ bool Router::Authenticated(std::string_view authorization) {
   return store_.Authenticate(authorization).has_value();
 }
 
+uint64_t BodyLimit(std::string_view method, std::string_view target) {
+  std::string_view path = target.substr(0, target.find('?'));
+  if (method == "PUT" && path.starts_with("/v1/sandboxes/")) {
+    if (path.ends_with("/files")) return api::kMaxFileBytes;
+    if (path.ends_with("/files/tar")) return api::kMaxTarBytes;
+  }
+  return api::kMaxJsonBodyBytes;
+}
+
 HttpReply Router::Handle(const HttpRequest& request) {
+  HttpReply reply = Dispatch(request);
+  metrics_.CountReply(reply.status, reply.error_code);
+  return reply;
+}
+
+HttpReply Router::RenderMetrics() {
+  auto counts = store_.CountByState();
+  if (!counts) return FromError(counts.error());
+  std::map<std::string, int64_t> by_state;
+  for (const auto& [state, n] : *counts) by_state[std::string(store::SandboxStateName(state))] = n;
+  return Bytes(metrics_.Render(by_state, controller_.expired_total()),
+               "text/plain; version=0.0.4; charset=utf-8");
+}
+
+HttpReply Router::Dispatch(const HttpRequest& request) {
   std::string_view target = request.target;
   std::string_view path = target.substr(0, target.find('?'));
   std::string_view raw_query;
@@ -98,12 +169,19 @@ HttpReply Router::Handle(const HttpRequest& request) {
     if (method != "GET") return MethodNotAllowed(method, path, {"GET"});
     return {200, R"({"status":"ok"})", ""};
   }
-  if (path != "/v1" && !path.starts_with("/v1/")) return NotFoundRoute(path);
+  if (path != "/v1" && !path.starts_with("/v1/") && path != "/metrics") return NotFoundRoute(path);
 
   // Every /v1 route, known or not, answers 401 first: an unauthenticated caller learns nothing.
+  // /metrics needs the key too (it tells how busy the host is).
   if (!Authenticated(request.authorization)) {
     api::HttpError e = api::UnauthenticatedBody();
-    return {static_cast<unsigned>(e.status), std::move(e.body), ""};
+    HttpReply reply{static_cast<unsigned>(e.status), std::move(e.body), ""};
+    reply.error_code = "unauthenticated";
+    return reply;
+  }
+  if (path == "/metrics") {
+    if (method != "GET") return MethodNotAllowed(method, path, {"GET"});
+    return RenderMetrics();
   }
 
   const std::vector<std::string_view> parts = SplitPath(path);
@@ -116,7 +194,8 @@ HttpReply Router::Handle(const HttpRequest& request) {
       }
       auto create = api::CreateSandboxRequest::FromJson(request.body);
       if (!create) return FromError(create.error());
-      return SandboxReply(201, controller_.Create(*create));
+      return SandboxReply(
+          201, Timed(metrics_, Metrics::Op::kCreate, [&] { return controller_.Create(*create); }));
     }
     if (method == "GET") {
       auto params = api::ParseQueryString(raw_query);
@@ -153,8 +232,7 @@ HttpReply Router::Handle(const HttpRequest& request) {
   }
   if (auto st = ValidateSandboxId(id); !st) return FromError(st.error());
   if (route == Route::kFiles) {
-    return FromError(
-        Error(ErrorCode::kUnimplemented, "the files API is not implemented in this airlockd yet"));
+    return Files(request, id, parts.size() == 5 ? parts[4] : std::string_view(), raw_query);
   }
   if (!raw_query.empty()) {
     return FromError(Error(ErrorCode::kInvalidArgument, "this route takes no query string"));
@@ -164,7 +242,8 @@ HttpReply Router::Handle(const HttpRequest& request) {
     case Route::kSandbox:
       if (method == "GET") return SandboxReply(200, controller_.Get(id));
       if (method == "DELETE") {
-        if (auto st = controller_.Destroy(id); !st) return FromError(st.error());
+        auto st = Timed(metrics_, Metrics::Op::kDestroy, [&] { return controller_.Destroy(id); });
+        if (!st) return FromError(st.error());
         return {204, "", ""};
       }
       {
@@ -179,7 +258,8 @@ HttpReply Router::Handle(const HttpRequest& request) {
     case Route::kExec: {
       auto exec = api::ExecRequest::FromJson(request.body);
       if (!exec) return FromError(exec.error());
-      auto result = controller_.Exec(id, *exec);
+      auto result =
+          Timed(metrics_, Metrics::Op::kExec, [&] { return controller_.Exec(id, *exec); });
       if (!result) return FromError(result.error());
       api::ExecResultView view;
       view.exit_code = result->exit.exit_code;
@@ -196,6 +276,95 @@ HttpReply Router::Handle(const HttpRequest& request) {
       break;
   }
   return NotFoundRoute(path);
+}
+
+HttpReply Router::Files(const HttpRequest& request, const std::string& id, std::string_view sub,
+                        std::string_view raw_query) {
+  const std::string_view method = request.method;
+  api::FileOp op;
+  if (sub.empty()) {
+    if (method == "GET") {
+      op = api::FileOp::kRead;
+    } else if (method == "PUT") {
+      op = api::FileOp::kWrite;
+    } else if (method == "DELETE") {
+      op = api::FileOp::kDelete;
+    } else {
+      return MethodNotAllowed(method, request.target.substr(0, request.target.find('?')),
+                              {"GET", "PUT", "DELETE"});
+    }
+  } else if (sub == "list" || sub == "mkdir") {
+    const char* allowed = sub == "list" ? "GET" : "POST";
+    if (method != allowed) {
+      return MethodNotAllowed(method, request.target.substr(0, request.target.find('?')),
+                              {allowed});
+    }
+    op = sub == "list" ? api::FileOp::kList : api::FileOp::kMkdir;
+  } else {  // tar
+    if (method != "GET" && method != "PUT") {
+      return MethodNotAllowed(method, request.target.substr(0, request.target.find('?')),
+                              {"GET", "PUT"});
+    }
+    op = method == "GET" ? api::FileOp::kTarGet : api::FileOp::kTarPut;
+  }
+  auto params = api::ParseQueryString(raw_query);
+  if (!params) return FromError(params.error());
+  auto query = api::FileQuery::FromQuery(*params, op);
+  if (!query) return FromError(query.error());
+  const bool takes_body = op == api::FileOp::kWrite || op == api::FileOp::kTarPut;
+  if (!takes_body && !request.body.empty()) {
+    return FromError(Error(ErrorCode::kInvalidArgument, "this call takes no request body"));
+  }
+
+  const auto start = std::chrono::steady_clock::now();
+  HttpReply reply;
+  switch (op) {
+    case api::FileOp::kRead: {
+      auto data = controller_.ReadFile(id, *query);
+      reply = data ? Bytes(std::move(*data), "application/octet-stream") : FromError(data.error());
+      break;
+    }
+    case api::FileOp::kWrite: {
+      auto info = controller_.WriteFile(id, *query, request.body);
+      reply = info ? HttpReply{200, api::RenderFileEntry(ToEntry(*info)), ""}
+                   : FromError(info.error());
+      break;
+    }
+    case api::FileOp::kDelete: {
+      auto st = controller_.DeleteFile(id, *query);
+      reply = st ? HttpReply{204, "", ""} : FromError(st.error());
+      break;
+    }
+    case api::FileOp::kList: {
+      auto entries = controller_.ListFiles(id, *query);
+      if (!entries) {
+        reply = FromError(entries.error());
+        break;
+      }
+      std::vector<api::FileEntryView> views;
+      for (const auto& e : *entries) views.push_back(ToEntry(e));
+      reply = {200, api::RenderFileList(query->path, views), ""};
+      break;
+    }
+    case api::FileOp::kMkdir: {
+      auto info = controller_.MakeDirectory(id, *query);
+      reply = info ? HttpReply{201, api::RenderFileEntry(ToEntry(*info)), ""}
+                   : FromError(info.error());
+      break;
+    }
+    case api::FileOp::kTarGet: {
+      auto tar = controller_.ReadTar(id, *query);
+      reply = tar ? Bytes(std::move(*tar), "application/x-tar") : FromError(tar.error());
+      break;
+    }
+    case api::FileOp::kTarPut: {
+      auto st = controller_.WriteTar(id, *query, request.body);
+      reply = st ? HttpReply{204, "", ""} : FromError(st.error());
+      break;
+    }
+  }
+  metrics_.Observe(Metrics::Op::kFiles, reply.status < 400, std::chrono::steady_clock::now() - start);
+  return reply;
 }
 
 }  // namespace airlock::daemon

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "daemon/server/controller.h"
+#include "daemon/server/metrics.h"
 #include "daemon/store/store.h"
 
 namespace airlock::daemon {
@@ -20,24 +21,35 @@ struct HttpRequest {
 
 struct HttpReply {
   unsigned status = 200;
-  std::string body;   // JSON, or empty (204)
-  std::string allow;  // the Allow header of a 405
+  std::string body;                               // JSON unless content_type says otherwise
+  std::string allow;                              // the Allow header of a 405
+  std::string content_type = "application/json";  // sent when the body is not empty
+  std::string error_code;                         // an error's code name, for the metrics
 };
+
+// The largest request body `method` on `target` may carry (413 past it): file and tar uploads
+// take raw bytes up to their caps, everything else JSON.
+uint64_t BodyLimit(std::string_view method, std::string_view target);
 
 class Router {
  public:
   // `auth_required` false is --no-auth (loopback only; main checks that).
-  Router(Controller& controller, store::Store& store, bool auth_required)
-      : controller_(controller), store_(store), auth_required_(auth_required) {}
+  Router(Controller& controller, store::Store& store, Metrics& metrics, bool auth_required)
+      : controller_(controller), store_(store), metrics_(metrics), auth_required_(auth_required) {}
 
   // Blocks (store, engine, agent): call on the worker pool. Thread-safe.
   HttpReply Handle(const HttpRequest& request);
 
  private:
   bool Authenticated(std::string_view authorization);
+  HttpReply Dispatch(const HttpRequest& request);
+  HttpReply Files(const HttpRequest& request, const std::string& id, std::string_view sub,
+                  std::string_view raw_query);
+  HttpReply RenderMetrics();
 
   Controller& controller_;
   store::Store& store_;
+  Metrics& metrics_;
   bool auth_required_;
 };
 

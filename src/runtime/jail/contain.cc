@@ -258,6 +258,16 @@ Failure ContainProcess(const JailConfig& c, int sync_fd, int agent_fd,
   for (const auto& [name, text] : EtcFiles(c.id)) {
     if (WriteFile(root + "/etc/" + name, text, 0644) < 0) return {"write /etc", errno};
   }
+  // Debian's /usr/bin/awk, editor, ... are symlinks through /etc/alternatives: the host's,
+  // read-only (symlinks only: nothing in it is secret).
+  struct stat alternatives;
+  if (::lstat("/etc/alternatives", &alternatives) == 0 && S_ISDIR(alternatives.st_mode)) {
+    if (MkdirOwned(root + "/etc/alternatives", 0755, 0) < 0) return {"mkdir /etc/alternatives", errno};
+    if (BindWithFlags("/etc/alternatives", (root + "/etc/alternatives").c_str(),
+                      MS_RDONLY | MS_NOSUID | MS_NODEV) < 0) {
+      return {"bind /etc/alternatives", errno};
+    }
+  }
   if (MkdirOwned(root + "/root", 0700, 0) < 0) return {"mkdir /root", errno};
   if (MkdirOwned(root + "/home", 0755, 0) < 0) return {"mkdir /home", errno};
   if (MkdirOwned(root + "/home/user", 0755, kUserUid) < 0) return {"mkdir /home/user", errno};

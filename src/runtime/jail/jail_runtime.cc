@@ -7,12 +7,16 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
+#include <set>
 #include <thread>
 
 #include "common/ids.h"
@@ -74,6 +78,52 @@ Result<std::string> ReadLine(int fd, std::chrono::milliseconds timeout) {
     line.append(buf, static_cast<size_t>(n));
   }
   return line;
+}
+
+// The agent's socket: bound and connected through an O_PATH descriptor of the sandbox directory,
+// so that a long state dir cannot overflow sun_path.
+constexpr const char* kAgentSocket = "agent.sock";
+
+Result<sockaddr_un> AgentAddress(int dir_fd) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::string path = "/proc/self/fd/" + std::to_string(dir_fd) + "/" + kAgentSocket;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  return addr;
+}
+
+// A listening socket at `dir`/agent.sock, mode 0600 (root on the host only).
+Result<UniqueFd> ListenAgentSocket(const std::string& dir) {
+  auto dir_fd = OpenFile(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (!dir_fd) return std::unexpected(dir_fd.error());
+  auto addr = AgentAddress(dir_fd->get());
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return FailErrno("socket", errno);
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&*addr), sizeof *addr) < 0) {
+    return FailErrno("binding " + dir + "/" + kAgentSocket, errno);
+  }
+  if (::fchmodat(dir_fd->get(), kAgentSocket, 0600, 0) < 0) {
+    return FailErrno("chmod " + dir + "/" + kAgentSocket, errno);
+  }
+  if (::listen(fd.get(), 128) < 0) return FailErrno("listen", errno);
+  return fd;
+}
+
+Result<UniqueFd> ConnectAgentSocket(const std::string& dir) {
+  auto dir_fd = OpenFile(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (!dir_fd) return std::unexpected(dir_fd.error());
+  auto addr = AgentAddress(dir_fd->get());
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return FailErrno("socket", errno);
+  if (RetryEintr([&] {
+        return ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&*addr), sizeof *addr);
+      }) < 0) {
+    const int err = errno;
+    Error e = ErrnoError("connecting to the agent at " + dir + "/" + kAgentSocket, err);
+    if (err == ENOENT || err == ECONNREFUSED) e = Error(ErrorCode::kUnavailable, e.message(), err);
+    return std::unexpected(std::move(e));
+  }
+  return fd;
 }
 
 // Waits (bounded) for a child of ours to be gone; a pid that is not our child is not waited for.
@@ -216,20 +266,20 @@ Result<std::unique_ptr<runtime::Sandbox>> JailRuntime::Create(const SandboxSpec&
   if (!made) return fail(made.error());
   cgroup = std::move(*made);
 
-  int sv[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
-    return fail(ErrnoError("socketpair", errno));
-  }
-  UniqueFd ours(sv[0]), theirs_low(sv[1]);
+  // The agent listens on a socket bound here, on the host side: the sandbox cannot see it, and
+  // a restarted daemon can reconnect to it.
+  auto listener = ListenAgentSocket(dir);
+  if (!listener) return fail(listener.error());
   UniqueFd report_fds[2];
   if (auto st = MakePipe(report_fds); !st) return fail(st.error());
-  auto theirs = HighDup(theirs_low.get());
+  auto theirs = HighDup(listener->get());
   auto report_w = HighDup(report_fds[1].get());
   if (!theirs || !report_w) return fail(Error(ErrorCode::kInternal, "dup failed"));
-  theirs_low.Reset();
+  listener->Reset();
   report_fds[1].Reset();
 
-  // The launcher's fds: 3 the agent's channel, 4 the report pipe, 5 the seccomp program.
+  // The launcher's fds: 3 the agent's listening socket, 4 the report pipe, 5 the seccomp
+  // program.
   std::vector<std::string> args = {
       options_.launcher_path,         "--id", spec.id, "--sandbox-dir", dir, "--template-dir",
       TemplateDir(spec.template_name)};
@@ -247,7 +297,7 @@ Result<std::unique_ptr<runtime::Sandbox>> JailRuntime::Create(const SandboxSpec&
   } else if (auto memory = cgroup.Dir("memory"); !memory.empty()) {
     args.insert(args.end(), {"--cgroup-bind", memory + "=/sys/fs/cgroup/memory"});
   }
-  args.insert(args.end(), {"--", "--fd", "3", "--root", "/", "--user", spec.user, "--drop-caps",
+  args.insert(args.end(), {"--", "--listen-fd", "3", "--root", "/", "--user", spec.user, "--drop-caps",
                            "--log-level", "warn"});
   for (const auto& kv : spec.env) args.insert(args.end(), {"--env", kv});
   std::vector<char*> argv;
@@ -280,20 +330,83 @@ Result<std::unique_ptr<runtime::Sandbox>> JailRuntime::Create(const SandboxSpec&
     return fail(ErrnoError("jail setup step '" + report->failed_step + "' failed", report->err));
   }
 
-  SandboxInfo info;
-  info.id = spec.id;
-  info.engine = "jail";
-  info.init_pid = init_pid;
-  info.resources["uid_base"] = std::to_string(*uid_base);
-  info.resources["dir"] = dir;
-  for (size_t i = 0; i < cgroup.dirs().size(); ++i) {
-    info.resources["cgroup" + std::to_string(i)] = cgroup.dirs()[i];
-  }
+  auto channel = ConnectAgentSocket(dir);
+  if (!channel) return fail(channel.error());
+  SandboxInfo info = Info(spec.id, init_pid, *uid_base, cgroup);
   {
     std::lock_guard lock(mu_);
     live_.emplace(spec.id, Live{init_pid, *uid_base, cgroup});
   }
-  return std::make_unique<JailSandbox>(std::move(info), std::move(ours));
+  return std::make_unique<JailSandbox>(std::move(info), std::move(*channel));
+}
+
+SandboxInfo JailRuntime::Info(const std::string& id, pid_t init_pid, uid_t uid_base,
+                              const SandboxCgroup& cgroup) const {
+  SandboxInfo info;
+  info.id = id;
+  info.engine = "jail";
+  info.init_pid = init_pid;
+  info.resources["uid_base"] = std::to_string(uid_base);
+  info.resources["dir"] = SandboxDir(id);
+  for (size_t i = 0; i < cgroup.dirs().size(); ++i) {
+    info.resources["cgroup" + std::to_string(i)] = cgroup.dirs()[i];
+  }
+  return info;
+}
+
+Result<UniqueFd> JailRuntime::ConnectAgent(const std::string& id) {
+  {
+    std::lock_guard lock(mu_);
+    if (!live_.contains(id)) {
+      return Fail(ErrorCode::kNotFound, "sandbox " + id + " is not held by the jail engine");
+    }
+  }
+  return ConnectAgentSocket(SandboxDir(id));
+}
+
+Result<SandboxInfo> JailRuntime::Adopt(const std::string& id, pid_t init_pid, bool paused) {
+  if (auto st = ValidateSandboxId(id); !st) return std::unexpected(st.error());
+  {
+    std::lock_guard lock(mu_);
+    if (live_.contains(id)) return Fail(ErrorCode::kAlreadyExists, "sandbox " + id + " is held");
+  }
+  const std::string dir = SandboxDir(id);
+  auto uid_text = ReadFileToString(dir + "/uid_base", 64);
+  if (!uid_text) return std::unexpected(uid_text.error().Wrap("reading its uid range"));
+  const uid_t uid_base = static_cast<uid_t>(std::strtoul(uid_text->c_str(), nullptr, 10));
+  if (init_pid <= 0) return Fail(ErrorCode::kNotFound, "no agent pid on record");
+  // The pid must be alive and a member of the sandbox's cgroup: a recycled pid is not.
+  SandboxCgroup cgroup = SandboxCgroup::Open(layout_, id);
+  auto members = cgroup.Processes();
+  if (!members) return std::unexpected(members.error().Wrap("listing its processes"));
+  if (std::ranges::find(*members, init_pid) == members->end()) {
+    return Fail(ErrorCode::kNotFound,
+                "its agent (pid " + std::to_string(init_pid) + ") is gone");
+  }
+  struct stat sock;
+  if (::stat((dir + "/" + kAgentSocket).c_str(), &sock) < 0 || !S_ISSOCK(sock.st_mode)) {
+    return Fail(ErrorCode::kNotFound, "its agent socket is gone");
+  }
+  if (auto st = paused ? cgroup.Freeze() : cgroup.Thaw(); !st) return std::unexpected(st.error());
+  uids_.MarkUsed(uid_base);
+  std::lock_guard lock(mu_);
+  live_.emplace(id, Live{init_pid, uid_base, cgroup, paused});
+  return Info(id, init_pid, uid_base, cgroup);
+}
+
+Result<std::vector<std::string>> JailRuntime::ListSandboxes() {
+  std::set<std::string> ids;
+  for (std::string& id : ListSandboxCgroups(layout_)) ids.insert(std::move(id));
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(options_.state_dir + "/jail", ec)) {
+    ids.insert(entry.path().filename().string());
+  }
+  if (ec) return Fail(ErrorCode::kInternal, "listing " + options_.state_dir + "/jail: " + ec.message());
+  std::vector<std::string> out;
+  for (const std::string& id : ids) {
+    if (ValidateSandboxId(id)) out.push_back(id);
+  }
+  return out;
 }
 
 Status JailRuntime::TearDown(const std::string& id, pid_t init_pid, std::optional<uid_t> uid_base,

@@ -37,6 +37,9 @@ class JailRuntime : public runtime::Runtime {
   std::string_view name() const override { return "jail"; }
   Result<std::unique_ptr<runtime::Sandbox>> Create(const runtime::SandboxSpec& spec) override;
   Status Destroy(const std::string& id) override;
+  Result<UniqueFd> ConnectAgent(const std::string& id) override;
+  Result<runtime::SandboxInfo> Adopt(const std::string& id, pid_t init_pid, bool paused) override;
+  Result<std::vector<std::string>> ListSandboxes() override;
   Status Pause(const std::string& id) override;
   Status Resume(const std::string& id) override;
   Status Checkpoint(const std::string& id, const std::string& dir) override;
@@ -60,6 +63,8 @@ class JailRuntime : public runtime::Runtime {
         layout_(std::move(layout)),
         uids_(options_.uid_first, options_.uid_slots) {}
   Status PrepareBaseTemplate();
+  runtime::SandboxInfo Info(const std::string& id, pid_t init_pid, uid_t uid_base,
+                            const SandboxCgroup& cgroup) const;
   // Undoes a create or destroys a sandbox: kills, reaps, removes, releases. Never fails on
   // what is already gone.
   Status TearDown(const std::string& id, pid_t init_pid, std::optional<uid_t> uid_base,

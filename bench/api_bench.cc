@@ -1,0 +1,754 @@
+// The whole sandbox lifecycle (create, exec `true`, delete) through a real airlockd's REST API at
+// several concurrencies, beside the same lifecycle driven directly on the jail engine in the same
+// run, so the ratio shows what the daemon (HTTP, SQLite, the controller) adds on top of the
+// engine. The two phases run one after the other, never at the same time. Needs root.
+//
+//   airlock-bench-api [--iterations N] [--warmup N] [--concurrency 1,8,32]
+//                     [--engine-concurrency 1,8] [--json FILE]
+//
+// --iterations is the number of lifecycles per concurrency level (shared by its threads). Every
+// failed call is counted and printed; the exit status is 1 if there was any, 130 on SIGINT.
+// airlockd, every sandbox and the temporary directory are cleaned up on every path.
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <latch>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/http_client.h"
+#include "common/error.h"
+#include "common/ids.h"
+#include "protocol/client.h"
+#include "runtime/jail/jail_runtime.h"
+#include "stats.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using airlock::Error;
+using airlock::ErrorCode;
+using airlock::Result;
+using airlock::Status;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// Set by SIGINT / SIGTERM: workers finish the lifecycle in hand (so its sandbox is deleted),
+// then everything is cleaned up and the run ends without a report.
+std::atomic<bool> g_interrupted{false};
+
+void OnSignal(int) {
+  g_interrupted.store(true);
+  constexpr char kMsg[] = "\nairlock-bench-api: interrupted; cleaning up\n";
+  ssize_t ignored = ::write(STDERR_FILENO, kMsg, sizeof kMsg - 1);
+  (void)ignored;
+}
+
+void InstallSignalHandlers() {
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sa.sa_flags = SA_RESTART;  // calls in flight complete; the loops check the flag
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+}
+
+double Us(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::micro>(b - a).count();
+}
+
+struct Flags {
+  int iterations = 100;
+  int warmup = 5;
+  std::vector<int> concurrency = {1, 8, 32};
+  std::vector<int> engine_concurrency = {1, 8};
+  std::string json_path;
+};
+
+Result<std::vector<int>> ParseLevels(const std::string& text) {
+  std::vector<int> levels;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma == std::string::npos ? comma : comma - start);
+    char* end = nullptr;
+    long n = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || n < 1 || n > 256) {
+      return airlock::Fail(ErrorCode::kInvalidArgument,
+                           "a concurrency list is 1-256 separated by commas, got '" + text + "'");
+    }
+    levels.push_back(static_cast<int>(n));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return levels;
+}
+
+Result<Flags> ParseFlags(int argc, char** argv) {
+  Flags flags;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (i + 1 >= argc) return airlock::Fail(ErrorCode::kInvalidArgument, arg + " needs a value");
+    const std::string value = argv[++i];
+    auto number = [&](int min) -> Result<int> {
+      char* end = nullptr;
+      long n = std::strtol(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || n < min || n > 1000000) {
+        return airlock::Fail(ErrorCode::kInvalidArgument, arg + ": bad number '" + value + "'");
+      }
+      return static_cast<int>(n);
+    };
+    Result<int> n = 0;
+    Result<std::vector<int>> levels = std::vector<int>{};
+    if (arg == "--iterations") {
+      n = number(1);
+      if (n) flags.iterations = *n;
+    } else if (arg == "--warmup") {
+      n = number(0);
+      if (n) flags.warmup = *n;
+    } else if (arg == "--concurrency") {
+      levels = ParseLevels(value);
+      if (levels) flags.concurrency = *levels;
+    } else if (arg == "--engine-concurrency") {
+      levels = ParseLevels(value);
+      if (levels) flags.engine_concurrency = *levels;
+    } else if (arg == "--json") {
+      flags.json_path = value;
+    } else {
+      return airlock::Fail(ErrorCode::kInvalidArgument, "unknown argument " + arg);
+    }
+    if (!n) return std::unexpected(n.error());
+    if (!levels) return std::unexpected(levels.error());
+  }
+  return flags;
+}
+
+// A directory under /tmp for the daemon's and the engine's state, removed with everything in it
+// when this goes out of scope. 0711: the sandboxes' unprivileged uids must reach their layers.
+class ScratchDir {
+ public:
+  ScratchDir() = default;
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  ~ScratchDir() {
+    if (path_.empty()) return;
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+    if (ec)
+      std::fprintf(stderr, "airlock-bench-api: removing %s: %s\n", path_.c_str(),
+                   ec.message().c_str());
+  }
+
+  [[nodiscard]] Status Make() {
+    char tmpl[] = "/tmp/airlock-bench-api-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) return airlock::FailErrno("mkdtemp /tmp", errno);
+    path_ = tmpl;
+    if (::chmod(tmpl, 0711) != 0) return airlock::FailErrno("chmod " + path_, errno);
+    return {};
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// A real airlockd, started on a kernel-chosen loopback port without auth. Stopped with SIGTERM
+// (which destroys its sandboxes), SIGKILL after a minute, on every path: Stop or the destructor.
+// It runs in its own process group, so a Ctrl-C reaches only this benchmark, which then stops
+// it in order; and it gets SIGTERM if this process dies without doing so.
+class DaemonProcess {
+ public:
+  DaemonProcess() = default;
+  DaemonProcess(const DaemonProcess&) = delete;
+  DaemonProcess& operator=(const DaemonProcess&) = delete;
+  ~DaemonProcess() {
+    if (auto st = Stop(); !st)
+      std::fprintf(stderr, "airlock-bench-api: %s\n", st.error().message().c_str());
+  }
+
+  // Starts airlockd with its state in `state_dir` and its log (stderr) in `log_path`, and waits
+  // up to a minute for "listening on 127.0.0.1:PORT". Call once, from the main thread.
+  [[nodiscard]] Status Start(const std::string& state_dir, const std::string& log_path) {
+    log_path_ = log_path;
+    int out[2];
+    if (::pipe2(out, O_CLOEXEC) != 0) return airlock::FailErrno("pipe2", errno);
+    int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (log < 0) {
+      ::close(out[0]);
+      ::close(out[1]);
+      return airlock::FailErrno("opening " + log_path, errno);
+    }
+    // Built before the fork: the child of a threaded process must not allocate.
+    std::vector<std::string> args = {AIRLOCKD_PATH,      "--listen",    "127.0.0.1:0",
+                                     "--state-dir",      state_dir,     "--agent",
+                                     AIRLOCK_AGENT_PATH, "--launcher",  AIRLOCK_JAIL_LAUNCHER_PATH,
+                                     "--no-auth",        "--log-level", "warn"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const pid_t parent = ::getpid();
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::setpgid(0, 0);
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() != parent) ::_exit(126);
+      ::dup2(out[1], STDOUT_FILENO);
+      ::dup2(log, STDERR_FILENO);
+      ::execv(AIRLOCKD_PATH, argv.data());
+      ::_exit(127);
+    }
+    const int fork_errno = errno;
+    ::close(out[1]);
+    ::close(log);
+    if (pid_ < 0) {
+      ::close(out[0]);
+      return airlock::FailErrno("fork", fork_errno);
+    }
+    std::string line;
+    const auto deadline = Clock::now() + std::chrono::seconds(60);
+    while (line.find('\n') == std::string::npos && Clock::now() < deadline &&
+           !g_interrupted.load()) {
+      pollfd pfd{out[0], POLLIN, 0};
+      if (::poll(&pfd, 1, 200) <= 0) continue;
+      char buf[256];
+      ssize_t n = ::read(out[0], buf, sizeof buf);
+      if (n <= 0) break;  // airlockd exited (or closed stdout) before saying where it listens
+      line.append(buf, static_cast<size_t>(n));
+    }
+    ::close(out[0]);
+    const std::string prefix = "listening on 127.0.0.1:";
+    if (g_interrupted.load()) return airlock::Fail(ErrorCode::kUnavailable, "interrupted");
+    if (!line.starts_with(prefix) || line.find('\n') == std::string::npos) {
+      return airlock::Fail(ErrorCode::kUnavailable,
+                           "airlockd did not say where it listens; stdout: '" + line + "'");
+    }
+    url_ = "http://127.0.0.1:" + std::to_string(std::atoi(line.substr(prefix.size()).c_str()));
+    return {};
+  }
+
+  // SIGTERM, then waits up to a minute for the exit (SIGKILL after that). An error unless
+  // airlockd exited 0 on its own. Does nothing if it is not running.
+  [[nodiscard]] Status Stop() {
+    if (pid_ <= 0) return {};
+    ::kill(pid_, SIGTERM);
+    int status = 0;
+    bool killed = false;
+    const auto deadline = Clock::now() + std::chrono::seconds(60);
+    while (true) {
+      pid_t got = ::waitpid(pid_, &status, WNOHANG);
+      if (got == pid_ || (got < 0 && errno != EINTR)) break;
+      if (!killed && Clock::now() > deadline) {
+        ::kill(pid_, SIGKILL);
+        killed = true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    pid_ = -1;
+    if (killed) {
+      return airlock::Fail(ErrorCode::kDeadlineExceeded,
+                           "airlockd did not stop within 60 s of SIGTERM and was killed; its "
+                           "sandboxes may be left behind");
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      return airlock::Fail(ErrorCode::kInternal,
+                           "airlockd stopped with wait status " + std::to_string(status));
+    }
+    return {};
+  }
+
+  const std::string& url() const { return url_; }
+
+  // The end of airlockd's log, for error reports.
+  std::string LogTail(size_t bytes = 4000) const {
+    std::ifstream in(log_path_);
+    std::string log((std::istreambuf_iterator<char>(in)), {});
+    return log.size() > bytes ? log.substr(log.size() - bytes) : log;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::string url_;
+  std::string log_path_;
+};
+
+struct Failure {
+  std::string op;  // create, exec, delete, setup
+  std::string message;
+};
+
+// One lifecycle: the timings of the steps that succeeded, and what went wrong.
+struct Lifecycle {
+  std::string id;          // the sandbox's, once known
+  bool undeleted = false;  // the engine's Destroy failed: to be tried again
+  std::optional<double> create_us, exec_us, delete_us, total_us;
+  std::vector<Failure> failures;
+  void Fail(std::string op, std::string message) {
+    failures.push_back({std::move(op), std::move(message)});
+  }
+};
+
+// Runs one lifecycle on the calling thread; each worker thread gets its own.
+using LifecycleFn = std::function<Lifecycle()>;
+// Makes a worker's LifecycleFn (e.g. with its own HTTP client), on that worker's thread.
+using WorkerFactory = std::function<Result<LifecycleFn>()>;
+
+std::string Truncated(std::string s, size_t max = 300) {
+  if (s.size() > max) s = s.substr(0, max) + "...";
+  return s;
+}
+
+// POST /v1/sandboxes -> POST .../exec `true` -> DELETE, on one keep-alive connection.
+Lifecycle ApiLifecycle(airlock::client::HttpClient& http) {
+  Lifecycle life;
+  auto describe = [](const airlock::client::HttpResponse& r) {
+    return "HTTP " + std::to_string(r.status) + ": " + Truncated(r.body);
+  };
+  const auto t0 = Clock::now();
+  auto created = http.Request("POST", "/v1/sandboxes", "{}");
+  const auto t1 = Clock::now();
+  if (!created) {
+    life.Fail("create", created.error().message());
+    return life;
+  }
+  json doc = json::parse(created->body, nullptr, /*allow_exceptions=*/false);
+  if (created->status != 201 || !doc.is_object() || !doc.contains("id") || !doc["id"].is_string()) {
+    life.Fail("create", "expected 201 with an id, got " + describe(*created));
+    return life;
+  }
+  life.id = doc["id"].get<std::string>();
+  life.create_us = Us(t0, t1);
+  const std::string target = "/v1/sandboxes/" + life.id;
+
+  const auto t2 = Clock::now();
+  auto exec = http.Request("POST", target + "/exec", R"({"argv":["true"]})");
+  const auto t3 = Clock::now();
+  if (!exec) {
+    life.Fail("exec", exec.error().message());
+  } else if (exec->status != 200) {
+    life.Fail("exec", describe(*exec));
+  } else {
+    json result = json::parse(exec->body, nullptr, false);
+    if (!result.is_object() || result.value("exit_code", json()) != json(0)) {
+      life.Fail("exec", "true did not exit 0: " + describe(*exec));
+    } else {
+      life.exec_us = Us(t2, t3);
+    }
+  }
+
+  // Deleted even when the exec failed, so no sandbox waits for the daemon's shutdown.
+  const auto t4 = Clock::now();
+  auto deleted = http.Request("DELETE", target);
+  const auto t5 = Clock::now();
+  if (!deleted) {
+    life.Fail("delete", deleted.error().message());
+  } else if (deleted->status != 204) {
+    life.Fail("delete", describe(*deleted));
+  } else {
+    life.delete_us = Us(t4, t5);
+  }
+  if (life.failures.empty()) life.total_us = Us(t0, t5);
+  return life;
+}
+
+// The only code that knows the engine's interface (adapt it here when the agent channel moves
+// to Runtime::ConnectAgent(id)). "create" includes the agent's hello, as the daemon's create
+// does; exec runs `true` as the API's exec does (default user, 300 s timeout).
+Lifecycle EngineLifecycle(airlock::jail::JailRuntime& runtime) {
+  Lifecycle life;
+  airlock::runtime::SandboxSpec spec;
+  spec.id = airlock::NewSandboxId();
+  const auto t0 = Clock::now();
+  auto sandbox = runtime.Create(spec);
+  if (!sandbox) {
+    life.Fail("create", sandbox.error().message());
+    return life;
+  }
+  life.id = spec.id;
+  auto client = airlock::protocol::BlockingClient::Connect((*sandbox)->TakeAgentChannel(),
+                                                           "airlock-bench-api");
+  const auto t1 = Clock::now();
+  if (!client) {
+    life.Fail("create", "connecting to the agent: " + client.error().message());
+  } else {
+    life.create_us = Us(t0, t1);
+    airlock::protocol::Exec exec;
+    exec.argv = {"true"};
+    exec.timeout_ms = 300000;
+    const auto t2 = Clock::now();
+    auto result = client->Exec(exec);
+    const auto t3 = Clock::now();
+    if (!result) {
+      life.Fail("exec", result.error().message());
+    } else if (result->exit.exit_code != 0 || result->exit.term_signal != 0) {
+      life.Fail("exec", "true exited " + std::to_string(result->exit.exit_code) + ", signal " +
+                            std::to_string(result->exit.term_signal));
+    } else {
+      life.exec_us = Us(t2, t3);
+    }
+  }
+  const auto t4 = Clock::now();
+  auto destroyed = runtime.Destroy(spec.id);
+  const auto t5 = Clock::now();
+  if (!destroyed) {
+    life.Fail("delete", destroyed.error().message());
+    life.undeleted = true;
+  } else {
+    life.delete_us = Us(t4, t5);
+  }
+  if (life.failures.empty()) life.total_us = Us(t0, t5);
+  return life;
+}
+
+struct LevelResult {
+  std::string phase;  // "api" or "engine"
+  int concurrency = 0;
+  int attempted = 0;
+  double wall_s = 0;
+  std::vector<double> create, exec, destroy, total;  // microseconds, successes only
+  std::vector<Failure> failures;
+  std::vector<std::string> ids;        // every sandbox made, for the leftover check
+  std::vector<std::string> undeleted;  // engine sandboxes whose Destroy failed
+  size_t succeeded() const { return total.size(); }
+  double throughput() const { return wall_s > 0 ? static_cast<double>(succeeded()) / wall_s : 0; }
+};
+
+void Absorb(LevelResult& level, Lifecycle&& life) {
+  ++level.attempted;
+  if (life.create_us) level.create.push_back(*life.create_us);
+  if (life.exec_us) level.exec.push_back(*life.exec_us);
+  if (life.delete_us) level.destroy.push_back(*life.delete_us);
+  if (life.total_us) level.total.push_back(*life.total_us);
+  if (life.undeleted) level.undeleted.push_back(life.id);
+  if (!life.id.empty()) level.ids.push_back(std::move(life.id));
+  for (auto& f : life.failures) level.failures.push_back(std::move(f));
+}
+
+// `iterations` lifecycles shared by `concurrency` threads, each with the LifecycleFn its
+// factory made. The wall clock runs from the moment every worker is ready to the last one done.
+LevelResult RunLevel(const std::string& phase, int concurrency, int iterations,
+                     const WorkerFactory& factory) {
+  LevelResult level;
+  level.phase = phase;
+  level.concurrency = concurrency;
+  std::vector<LevelResult> per_worker(static_cast<size_t>(concurrency));
+  std::atomic<int> claimed{0};
+  std::latch ready(concurrency + 1);
+  std::vector<std::thread> workers;
+  for (int w = 0; w < concurrency; ++w) {
+    workers.emplace_back([&, w] {
+      LevelResult& mine = per_worker[static_cast<size_t>(w)];
+      auto lifecycle = factory();
+      ready.arrive_and_wait();
+      if (!lifecycle) {
+        mine.failures.push_back({"setup", lifecycle.error().message()});
+        return;
+      }
+      while (!g_interrupted.load() && claimed.fetch_add(1) < iterations) {
+        Absorb(mine, (*lifecycle)());
+      }
+    });
+  }
+  ready.arrive_and_wait();
+  const auto t0 = Clock::now();
+  for (auto& t : workers) t.join();
+  level.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  for (auto& mine : per_worker) {
+    level.attempted += mine.attempted;
+    auto append = [](auto& to, auto& from) {
+      to.insert(to.end(), std::make_move_iterator(from.begin()),
+                std::make_move_iterator(from.end()));
+    };
+    append(level.create, mine.create);
+    append(level.exec, mine.exec);
+    append(level.destroy, mine.destroy);
+    append(level.total, mine.total);
+    append(level.failures, mine.failures);
+    append(level.ids, mine.ids);
+    append(level.undeleted, mine.undeleted);
+  }
+  return level;
+}
+
+void PrintFailures(const LevelResult& level) {
+  if (level.failures.empty()) return;
+  std::map<std::string, int> by_op;
+  for (const auto& f : level.failures) ++by_op[f.op];
+  std::string counts;
+  for (const auto& [op, n] : by_op) counts += " " + op + "=" + std::to_string(n);
+  std::fprintf(stderr, "airlock-bench-api: %s at concurrency %d: %zu failures:%s\n",
+               level.phase.c_str(), level.concurrency, level.failures.size(), counts.c_str());
+  for (size_t i = 0; i < level.failures.size() && i < 5; ++i) {
+    std::fprintf(stderr, "  %s: %s\n", level.failures[i].op.c_str(),
+                 level.failures[i].message.c_str());
+  }
+}
+
+// Runs the warm-up (counted nowhere but in `warmup`'s failures) and then each level.
+void RunPhase(const std::string& phase, const std::vector<int>& levels, const Flags& flags,
+              const WorkerFactory& factory, std::vector<LevelResult>& results,
+              LevelResult& warmup) {
+  if (flags.warmup > 0) {
+    warmup = RunLevel(phase + " warm-up", 1, flags.warmup, factory);
+    PrintFailures(warmup);
+  }
+  for (int concurrency : levels) {
+    if (g_interrupted.load()) return;
+    std::fprintf(stderr, "airlock-bench-api: %s, concurrency %d, %d lifecycles...\n", phase.c_str(),
+                 concurrency, flags.iterations);
+    results.push_back(RunLevel(phase, concurrency, flags.iterations, factory));
+    PrintFailures(results.back());
+  }
+}
+
+// Cgroup directories whose name holds one of `ids`: what a sandbox would leave behind.
+std::vector<std::string> LeftoverCgroups(const std::set<std::string>& ids) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(
+           "/sys/fs/cgroup", fs::directory_options::skip_permission_denied, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (!it->is_directory(ec)) continue;
+    const std::string name = it->path().filename().string();
+    for (const auto& id : ids) {
+      if (name.find(id) != std::string::npos) {
+        found.push_back(it->path().string());
+        break;
+      }
+    }
+  }
+  return found;
+}
+
+namespace b = airlock::bench;
+
+const LevelResult* Find(const std::vector<LevelResult>& results, const std::string& phase,
+                        int concurrency) {
+  for (const auto& r : results) {
+    if (r.phase == phase && r.concurrency == concurrency) return &r;
+  }
+  return nullptr;
+}
+
+// API p50 lifecycle over engine p50 lifecycle at the same concurrency, when both were measured.
+std::optional<double> Ratio(const std::vector<LevelResult>& results, int concurrency) {
+  const LevelResult* api = Find(results, "api", concurrency);
+  const LevelResult* engine = Find(results, "engine", concurrency);
+  if (!api || !engine || api->total.empty() || engine->total.empty()) return std::nullopt;
+  return b::Summarize("", api->total).p50 / b::Summarize("", engine->total).p50;
+}
+
+void PrintTable(const std::vector<LevelResult>& results) {
+  std::printf("%-7s %5s %-10s %5s %5s %10s %10s %10s %13s %10s\n", "phase", "conc", "operation",
+              "n", "fail", "p50 ms", "p90 ms", "p99 ms", "lifecycles/s", "api/engine");
+  for (const auto& level : results) {
+    std::map<std::string, int> fails;
+    for (const auto& f : level.failures) ++fails[f.op];
+    const std::pair<const char*, const std::vector<double>*> ops[] = {{"create", &level.create},
+                                                                      {"exec", &level.exec},
+                                                                      {"delete", &level.destroy},
+                                                                      {"lifecycle", &level.total}};
+    for (const auto& [op, samples] : ops) {
+      const b::Summary s = b::Summarize(op, *samples);
+      const bool whole = std::string(op) == "lifecycle";
+      const int failed = whole ? static_cast<int>(level.attempted - level.succeeded()) : fails[op];
+      std::string throughput, ratio;
+      if (whole) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.2f", level.throughput());
+        throughput = buf;
+        if (auto r = Ratio(results, level.concurrency); r && level.phase == "api") {
+          std::snprintf(buf, sizeof buf, "%.2fx", *r);
+          ratio = buf;
+        }
+      }
+      std::printf("%-7s %5d %-10s %5zu %5d %10.2f %10.2f %10.2f %13s %10s\n", level.phase.c_str(),
+                  level.concurrency, op, s.n, failed, s.p50 / 1000, s.p90 / 1000, s.p99 / 1000,
+                  throughput.c_str(), ratio.c_str());
+    }
+  }
+}
+
+json LevelJson(const LevelResult& level) {
+  json doc = {{"phase", level.phase},         {"concurrency", level.concurrency},
+              {"attempted", level.attempted}, {"succeeded", level.succeeded()},
+              {"wall_s", level.wall_s},       {"lifecycles_per_s", level.throughput()}};
+  const std::string prefix = level.phase + " c" + std::to_string(level.concurrency) + " ";
+  doc["create"] = json::parse(b::Json(b::Summarize(prefix + "create", level.create)));
+  doc["exec"] = json::parse(b::Json(b::Summarize(prefix + "exec", level.exec)));
+  doc["delete"] = json::parse(b::Json(b::Summarize(prefix + "delete", level.destroy)));
+  doc["lifecycle"] = json::parse(b::Json(b::Summarize(prefix + "lifecycle", level.total)));
+  json failures = json::array();
+  for (const auto& f : level.failures) failures.push_back({{"op", f.op}, {"message", f.message}});
+  doc["failures"] = std::move(failures);
+  return doc;
+}
+
+int Run(const Flags& flags) {
+  ScratchDir scratch;  // declared first: removed after the daemon and the engine are gone
+  if (auto st = scratch.Make(); !st) {
+    std::fprintf(stderr, "airlock-bench-api: %s\n", st.error().message().c_str());
+    return 1;
+  }
+  std::vector<LevelResult> results;
+  LevelResult api_warmup, engine_warmup;
+  std::vector<Failure> other_failures;  // stopping the daemon, leftovers
+
+  // API phase: a real airlockd, one HttpClient per worker thread.
+  {
+    DaemonProcess daemon;
+    if (auto st = daemon.Start(scratch.path() + "/daemon", scratch.path() + "/airlockd.log"); !st) {
+      std::fprintf(stderr, "airlock-bench-api: starting airlockd: %s\n--- airlockd log ---\n%s",
+                   st.error().message().c_str(), daemon.LogTail().c_str());
+      return g_interrupted.load() ? 130 : 1;
+    }
+    const std::string url = daemon.url();
+    WorkerFactory api_worker = [url]() -> Result<LifecycleFn> {
+      auto http = airlock::client::HttpClient::Open(url);
+      if (!http) return std::unexpected(http.error());
+      http->set_timeout(std::chrono::minutes(2));
+      auto shared = std::make_shared<airlock::client::HttpClient>(std::move(*http));
+      return LifecycleFn([shared] { return ApiLifecycle(*shared); });
+    };
+    RunPhase("api", flags.concurrency, flags, api_worker, results, api_warmup);
+    const bool api_failed = !api_warmup.failures.empty() ||
+                            std::any_of(results.begin(), results.end(),
+                                        [](const LevelResult& r) { return !r.failures.empty(); });
+    if (auto st = daemon.Stop(); !st)
+      other_failures.push_back({"stop airlockd", st.error().message()});
+    if (api_failed || !other_failures.empty()) {
+      std::fprintf(stderr, "--- end of airlockd log ---\n%s---\n", daemon.LogTail().c_str());
+    }
+  }
+
+  // Engine phase, after the daemon is gone: the same lifecycle on a JailRuntime of our own,
+  // with its own state dir and a uid range apart from the daemon's.
+  if (!g_interrupted.load() && !flags.engine_concurrency.empty()) {
+    airlock::jail::JailOptions options;
+    options.state_dir = scratch.path() + "/engine";
+    options.launcher_path = AIRLOCK_JAIL_LAUNCHER_PATH;
+    options.agent_path = AIRLOCK_AGENT_PATH;
+    options.uid_first = (1u << 30) + (1u << 28);
+    options.uid_slots = 1024;
+    auto runtime = airlock::jail::JailRuntime::Open(options);
+    if (!runtime) {
+      other_failures.push_back({"open engine", runtime.error().message()});
+    } else {
+      airlock::jail::JailRuntime* rt = runtime->get();
+      WorkerFactory engine_worker = [rt]() -> Result<LifecycleFn> {
+        return LifecycleFn([rt] { return EngineLifecycle(*rt); });
+      };
+      RunPhase("engine", flags.engine_concurrency, flags, engine_worker, results, engine_warmup);
+      // Destroy is idempotent: once more for a sandbox whose Destroy failed.
+      std::vector<std::string> undeleted = engine_warmup.undeleted;
+      for (const auto& level : results) {
+        undeleted.insert(undeleted.end(), level.undeleted.begin(), level.undeleted.end());
+      }
+      for (const auto& id : undeleted) {
+        if (auto st = (*runtime)->Destroy(id); !st) {
+          other_failures.push_back({"destroy again", st.error().message()});
+        }
+      }
+      runtime->reset();  // removes the engine's cgroup parents once empty
+    }
+  }
+
+  std::set<std::string> ids;
+  for (const LevelResult* level : {&api_warmup, &engine_warmup})
+    ids.insert(level->ids.begin(), level->ids.end());
+  for (const auto& level : results) ids.insert(level.ids.begin(), level.ids.end());
+  for (const auto& path : LeftoverCgroups(ids)) other_failures.push_back({"left behind", path});
+  for (const auto& f : other_failures) {
+    std::fprintf(stderr, "airlock-bench-api: %s: %s\n", f.op.c_str(), f.message.c_str());
+  }
+  if (g_interrupted.load()) return 130;
+
+  std::printf(
+      "airlock-bench-api: per level %d lifecycles of create, exec `true`, delete "
+      "(after %d warm-up lifecycles per phase); latencies of the calls that succeeded\n\n",
+      flags.iterations, flags.warmup);
+  PrintTable(results);
+  std::printf(
+      "\napi/engine: p50 of the whole lifecycle through airlockd's REST API over p50 of "
+      "the same lifecycle on the jail engine directly, at the same concurrency\n");
+
+  size_t failures =
+      other_failures.size() + api_warmup.failures.size() + engine_warmup.failures.size();
+  for (const auto& level : results) failures += level.failures.size();
+  if (!flags.json_path.empty()) {
+    json doc = {{"benchmark", "api"},
+                {"iterations", flags.iterations},
+                {"warmup", flags.warmup},
+                {"failures", failures}};
+    json levels = json::array(), flat = json::array(), ratios = json::array();
+    for (const auto& level : results) {
+      json l = LevelJson(level);
+      for (const char* op : {"create", "exec", "delete", "lifecycle"}) flat.push_back(l[op]);
+      levels.push_back(std::move(l));
+      if (auto r = Ratio(results, level.concurrency); r && level.phase == "api") {
+        ratios.push_back(
+            {{"concurrency", level.concurrency}, {"ratio_p50_lifecycle_api_vs_engine", *r}});
+      }
+    }
+    doc["results"] = std::move(flat);
+    doc["levels"] = std::move(levels);
+    doc["ratios"] = std::move(ratios);
+    json other = json::array();
+    for (const LevelResult* w : {&api_warmup, &engine_warmup}) {
+      for (const auto& f : w->failures)
+        other.push_back({{"op", w->phase + " " + f.op}, {"message", f.message}});
+    }
+    for (const auto& f : other_failures) other.push_back({{"op", f.op}, {"message", f.message}});
+    doc["other_failures"] = std::move(other);
+    std::ofstream out(flags.json_path);
+    out << doc.dump() << "\n";
+    if (!out) {
+      std::fprintf(stderr, "airlock-bench-api: cannot write %s\n", flags.json_path.c_str());
+      return 1;
+    }
+  }
+  if (failures > 0) {
+    std::fprintf(stderr, "airlock-bench-api: %zu failures (see above)\n", failures);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto flags = ParseFlags(argc, argv);
+  if (!flags) {
+    std::fprintf(stderr,
+                 "airlock-bench-api: %s\nusage: airlock-bench-api [--iterations N] [--warmup N] "
+                 "[--concurrency 1,8,32] [--engine-concurrency 1,8] [--json FILE]\n",
+                 flags.error().message().c_str());
+    return 2;
+  }
+  if (::geteuid() != 0) {
+    std::fprintf(stderr, "airlock-bench-api: needs root (airlockd and the jail engine do)\n");
+    return 1;
+  }
+  InstallSignalHandlers();
+  return Run(*flags);
+}

@@ -1,0 +1,133 @@
+#include "daemon/server/config.h"
+
+#include <charconv>
+#include <set>
+
+namespace airlock::daemon {
+namespace {
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
+std::string Normalize(std::string_view key) {
+  std::string k(key);
+  for (char& c : k) {
+    if (c == '-') c = '_';
+  }
+  return k;
+}
+
+Result<bool> ParseBool(std::string_view key, std::string_view value) {
+  if (value == "true") return true;
+  if (value == "false") return false;
+  return Fail(ErrorCode::kInvalidArgument,
+              std::string(key) + " must be true or false, got '" + std::string(value) + "'");
+}
+
+// A TOML value: "quoted string" (with \" and \\), or a bare word / number. Trailing comments
+// after the value are allowed.
+Result<std::string> ParseValue(std::string_view raw) {
+  raw = Trim(raw);
+  if (raw.empty()) return Fail(ErrorCode::kInvalidArgument, "missing value");
+  if (raw.front() != '"') {
+    if (size_t hash = raw.find('#'); hash != std::string_view::npos) raw = raw.substr(0, hash);
+    raw = Trim(raw);
+    if (raw.find_first_of(" \t\"'") != std::string_view::npos) {
+      return Fail(ErrorCode::kInvalidArgument, "strings must be double-quoted");
+    }
+    return std::string(raw);
+  }
+  std::string out;
+  size_t i = 1;
+  for (; i < raw.size() && raw[i] != '"'; ++i) {
+    if (raw[i] == '\\') {
+      if (i + 1 >= raw.size() || (raw[i + 1] != '"' && raw[i + 1] != '\\')) {
+        return Fail(ErrorCode::kInvalidArgument, "only \\\" and \\\\ escapes are supported");
+      }
+      ++i;
+    }
+    out += raw[i];
+  }
+  if (i >= raw.size()) return Fail(ErrorCode::kInvalidArgument, "unterminated string");
+  std::string_view rest = Trim(raw.substr(i + 1));
+  if (!rest.empty() && rest.front() != '#') {
+    return Fail(ErrorCode::kInvalidArgument, "unexpected text after the value");
+  }
+  return out;
+}
+
+}  // namespace
+
+Status Config::Set(std::string_view raw_key, std::string_view value) {
+  const std::string key = Normalize(raw_key);
+  if (key == "listen") {
+    listen = value;
+  } else if (key == "state_dir") {
+    if (value.empty()) return Fail(ErrorCode::kInvalidArgument, "state_dir must not be empty");
+    state_dir = value;
+  } else if (key == "no_auth") {
+    auto b = ParseBool(key, value);
+    if (!b) return std::unexpected(b.error());
+    no_auth = *b;
+  } else if (key == "agent") {
+    agent = value;
+  } else if (key == "launcher") {
+    launcher = value;
+  } else if (key == "log_level") {
+    static const std::set<std::string_view> kLevels = {"trace", "debug", "info",
+                                                       "warn",  "error", "off"};
+    if (!kLevels.contains(value)) {
+      return Fail(ErrorCode::kInvalidArgument,
+                  "log_level must be trace, debug, info, warn, error or off");
+    }
+    log_level = value;
+  } else if (key == "on_shutdown") {
+    if (value == "keep") {
+      on_shutdown = OnShutdown::kKeep;
+    } else if (value == "destroy") {
+      on_shutdown = OnShutdown::kDestroy;
+    } else {
+      return Fail(ErrorCode::kInvalidArgument, "on_shutdown must be keep or destroy");
+    }
+  } else if (key == "workers") {
+    int n = 0;
+    auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+    if (ec != std::errc() || end != value.data() + value.size() || n < 1 || n > 1024) {
+      return Fail(ErrorCode::kInvalidArgument, "workers must be a number from 1 to 1024");
+    }
+    workers = n;
+  } else {
+    return Fail(ErrorCode::kInvalidArgument, "unknown setting '" + std::string(raw_key) + "'");
+  }
+  return {};
+}
+
+Status Config::ApplyFile(std::string_view text) {
+  std::set<std::string> seen;
+  int line_no = 0;
+  while (!text.empty()) {
+    ++line_no;
+    const size_t nl = text.find('\n');
+    std::string_view line = Trim(text.substr(0, nl));
+    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+    auto fail = [&](const std::string& why) {
+      return Fail(ErrorCode::kInvalidArgument, "line " + std::to_string(line_no) + ": " + why);
+    };
+    if (line.empty() || line.front() == '#') continue;
+    if (line.front() == '[') return fail("tables are not supported");
+    const size_t eq = line.find('=');
+    if (eq == std::string_view::npos) return fail("expected key = value");
+    const std::string key = Normalize(Trim(line.substr(0, eq)));
+    if (key.empty()) return fail("missing key");
+    if (!seen.insert(key).second) return fail(key + " is set twice");
+    auto value = ParseValue(line.substr(eq + 1));
+    if (!value) return fail(key + ": " + value.error().message());
+    if (auto st = Set(key, *value); !st) return fail(st.error().message());
+  }
+  return {};
+}
+
+}  // namespace airlock::daemon

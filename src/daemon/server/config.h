@@ -1,0 +1,46 @@
+#pragma once
+// airlockd's settings: defaults, then an optional config file, then command-line flags (each
+// later source overrides the earlier). The file is a small TOML subset, one `key = value` per
+// line, with the same names as the flags (dashes or underscores):
+//
+//   # /etc/airlock/airlockd.toml
+//   listen = "127.0.0.1:7878"
+//   state_dir = "/var/lib/airlock"
+//   on_shutdown = "keep"        # or "destroy"
+//   workers = 64
+//   no_auth = false
+//
+// Strings are double-quoted (\" and \\ escapes), booleans true / false, numbers decimal.
+// Unknown keys, repeated keys and malformed lines are errors naming the line.
+
+#include <string>
+#include <string_view>
+
+#include "common/error.h"
+
+namespace airlock::daemon {
+
+enum class OnShutdown { kKeep, kDestroy };
+
+struct Config {
+  std::string listen = "127.0.0.1:7878";
+  std::string state_dir = "/var/lib/airlock";
+  bool no_auth = false;
+  std::string agent;     // "" : airlock-agent next to airlockd
+  std::string launcher;  // "" : airlock-jail next to airlockd
+  std::string log_level = "info";
+  // On SIGTERM: keep the sandboxes running for the next start to adopt, or destroy them.
+  OnShutdown on_shutdown = OnShutdown::kKeep;
+  int workers = 64;  // threads for blocking calls (creates, execs, files)
+
+  // Applies one setting; `key` uses underscores or dashes. kInvalidArgument for an unknown key
+  // or a bad value.
+  [[nodiscard]] Status Set(std::string_view key, std::string_view value);
+  // Applies every line of a config file's text; errors say "line N: ...".
+  [[nodiscard]] Status ApplyFile(std::string_view text);
+};
+
+// The default config file, read when it exists and no --config is given.
+inline constexpr const char* kDefaultConfigPath = "/etc/airlock/airlockd.toml";
+
+}  // namespace airlock::daemon

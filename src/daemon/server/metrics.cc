@@ -1,0 +1,121 @@
+#include "daemon/server/metrics.h"
+
+#include <cstdio>
+
+namespace airlock::daemon {
+namespace {
+
+constexpr std::string_view kOpNames[] = {"create", "exec", "destroy", "files"};
+
+std::string Number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+std::string Labels(std::string_view base, std::string_view extra) {
+  if (base.empty()) return "{" + std::string(extra) + "}";
+  if (extra.empty()) return "{" + std::string(base) + "}";
+  return "{" + std::string(base) + "," + std::string(extra) + "}";
+}
+
+}  // namespace
+
+void Histogram::Observe(std::chrono::nanoseconds elapsed) {
+  const double seconds = std::chrono::duration<double>(elapsed).count();
+  size_t i = 0;
+  while (i < kBounds.size() && seconds > kBounds[i]) ++i;
+  buckets_[i].fetch_add(1, std::memory_order_relaxed);
+  count_.fetch_add(1, std::memory_order_relaxed);
+  sum_ns_.fetch_add(static_cast<uint64_t>(std::max<int64_t>(0, elapsed.count())),
+                    std::memory_order_relaxed);
+}
+
+void Histogram::Render(std::string& out, std::string_view name, std::string_view labels) const {
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i <= kBounds.size(); ++i) {
+    cumulative += buckets_[i].load(std::memory_order_relaxed);
+    const std::string le = i < kBounds.size() ? Number(kBounds[i]) : "+Inf";
+    out += std::string(name) + "_bucket" + Labels(labels, "le=\"" + le + "\"") + " " +
+           std::to_string(cumulative) + "\n";
+  }
+  const std::string l = labels.empty() ? "" : Labels(labels, "");
+  out += std::string(name) + "_sum" + l + " " +
+         Number(static_cast<double>(sum_ns_.load(std::memory_order_relaxed)) / 1e9) + "\n";
+  out += std::string(name) + "_count" + l + " " +
+         std::to_string(count_.load(std::memory_order_relaxed)) + "\n";
+}
+
+void Metrics::Observe(Op op, bool ok, std::chrono::nanoseconds elapsed) {
+  OpStats& s = Stats(op);
+  (ok ? s.ok : s.errors).fetch_add(1, std::memory_order_relaxed);
+  (ok ? s.ok_latency : s.error_latency).Observe(elapsed);
+}
+
+void Metrics::CountReply(unsigned status, std::string_view error_code) {
+  std::lock_guard lock(mu_);
+  ++replies_by_status_[status];
+  if (!error_code.empty()) ++errors_by_code_[std::string(error_code)];
+}
+
+void Metrics::SetRecovery(int adopted, int failed, int finished, int orphans) {
+  recovery_[0] = adopted;
+  recovery_[1] = failed;
+  recovery_[2] = finished;
+  recovery_[3] = orphans;
+}
+
+std::string Metrics::Render(const std::map<std::string, int64_t>& sandboxes_by_state,
+                            uint64_t expired_total) const {
+  std::string out;
+  out += "# HELP airlock_sandboxes Sandboxes by state (destroyed ones are records only).\n";
+  out += "# TYPE airlock_sandboxes gauge\n";
+  for (const auto& [state, n] : sandboxes_by_state) {
+    out += "airlock_sandboxes{state=\"" + state + "\"} " + std::to_string(n) + "\n";
+  }
+
+  out += "# HELP airlock_operations_total API operations by kind and result.\n";
+  out += "# TYPE airlock_operations_total counter\n";
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    const std::string op = "op=\"" + std::string(kOpNames[i]) + "\"";
+    out += "airlock_operations_total{" + op + ",result=\"ok\"} " + std::to_string(ops_[i].ok) + "\n";
+    out += "airlock_operations_total{" + op + ",result=\"error\"} " +
+           std::to_string(ops_[i].errors) + "\n";
+  }
+  out += "# HELP airlock_operation_seconds Latency of API operations, in seconds.\n";
+  out += "# TYPE airlock_operation_seconds histogram\n";
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    const std::string op = "op=\"" + std::string(kOpNames[i]) + "\"";
+    ops_[i].ok_latency.Render(out, "airlock_operation_seconds", op + ",result=\"ok\"");
+    ops_[i].error_latency.Render(out, "airlock_operation_seconds", op + ",result=\"error\"");
+  }
+
+  {
+    std::lock_guard lock(mu_);
+    out += "# HELP airlock_http_responses_total HTTP responses by status code.\n";
+    out += "# TYPE airlock_http_responses_total counter\n";
+    for (const auto& [status, n] : replies_by_status_) {
+      out += "airlock_http_responses_total{status=\"" + std::to_string(status) + "\"} " +
+             std::to_string(n) + "\n";
+    }
+    out += "# HELP airlock_api_errors_total API errors by error code.\n";
+    out += "# TYPE airlock_api_errors_total counter\n";
+    for (const auto& [code, n] : errors_by_code_) {
+      out += "airlock_api_errors_total{code=\"" + code + "\"} " + std::to_string(n) + "\n";
+    }
+  }
+
+  out += "# HELP airlock_ttl_expired_total Sandboxes destroyed at the end of their TTL.\n";
+  out += "# TYPE airlock_ttl_expired_total counter\n";
+  out += "airlock_ttl_expired_total " + std::to_string(expired_total) + "\n";
+  out += "# HELP airlock_recovery_sandboxes What the last start found, by outcome.\n";
+  out += "# TYPE airlock_recovery_sandboxes gauge\n";
+  constexpr std::string_view kOutcomes[] = {"adopted", "failed", "finished", "orphan_removed"};
+  for (size_t i = 0; i < 4; ++i) {
+    out += "airlock_recovery_sandboxes{outcome=\"" + std::string(kOutcomes[i]) + "\"} " +
+           std::to_string(recovery_[i].load()) + "\n";
+  }
+  return out;
+}
+
+}  // namespace airlock::daemon

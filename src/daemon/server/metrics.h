@@ -1,0 +1,65 @@
+#pragma once
+// Metrics: airlockd's counters and latency histograms, rendered in the Prometheus text format
+// (version 0.0.4) for GET /metrics. Lock-free on the request path (atomics only).
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "common/error.h"
+
+namespace airlock::daemon {
+
+// A cumulative histogram with fixed bucket bounds in seconds.
+class Histogram {
+ public:
+  static constexpr std::array<double, 15> kBounds = {0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                     0.05,  0.1,    0.25,  0.5,  1,
+                                                     2.5,   5,      10,    30,   60};
+  void Observe(std::chrono::nanoseconds elapsed);
+  // "# TYPE name histogram" and its _bucket / _sum / _count lines, with `labels` ("" or
+  // `result="ok"`) on every one.
+  void Render(std::string& out, std::string_view name, std::string_view labels) const;
+
+ private:
+  std::array<std::atomic<uint64_t>, kBounds.size() + 1> buckets_{};  // the last is +Inf
+  std::atomic<uint64_t> count_{0};
+  std::atomic<uint64_t> sum_ns_{0};
+};
+
+class Metrics {
+ public:
+  enum class Op { kCreate, kExec, kDestroy, kFiles };
+
+  // One API operation that reached the controller, and how long it took.
+  void Observe(Op op, bool ok, std::chrono::nanoseconds elapsed);
+  // One HTTP answer: its status, and the error code name when it is an error ("" otherwise).
+  void CountReply(unsigned status, std::string_view error_code);
+  void SetRecovery(int adopted, int failed, int finished, int orphans);
+
+  // The exposition text. `sandboxes_by_state` comes from the store and `expired_total` from the
+  // controller's reaper, at scrape time.
+  std::string Render(const std::map<std::string, int64_t>& sandboxes_by_state,
+                     uint64_t expired_total) const;
+
+ private:
+  struct OpStats {
+    Histogram ok_latency, error_latency;
+    std::atomic<uint64_t> ok{0}, errors{0};
+  };
+  OpStats& Stats(Op op) { return ops_[static_cast<size_t>(op)]; }
+
+  std::array<OpStats, 4> ops_;
+  std::atomic<int64_t> recovery_[4] = {};  // adopted, failed, finished, orphans
+
+  mutable std::mutex mu_;  // the maps below: small, and only touched once per reply
+  std::map<unsigned, uint64_t> replies_by_status_;
+  std::map<std::string, uint64_t> errors_by_code_;
+};
+
+}  // namespace airlock::daemon
