@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -29,6 +30,23 @@ bool WriteAll(int fd, std::string_view bytes) {
   return true;
 }
 
+Outcome<Args> Parse(std::string_view command, const CommandArgs& args,
+                    std::span<const FlagSpec> specs, Globals& globals,
+                    std::optional<size_t> tail_after) {
+  auto parsed = ParseArgs(command, args, specs, tail_after);
+  if (!parsed) return parsed;
+  if (auto url = parsed->Last("url")) globals.url = *url;
+  if (auto key = parsed->Last("api-key")) globals.api_key = *key;
+  if (parsed->Has("json")) globals.json = true;
+  return parsed;
+}
+
+int PrintUsage(std::string_view command) {
+  const Command* cmd = FindCommand(command);
+  std::fputs(std::string(cmd->usage).c_str(), stdout);
+  return 0;
+}
+
 namespace {
 
 // ---- shared helpers -------------------------------------------------------------------------
@@ -43,23 +61,6 @@ Outcome<int> PrintJson(const json& doc) {
   return 0;
 }
 
-// Parses `args` for `command` and applies the global flags found among them.
-Outcome<Args> Parse(std::string_view command, const CommandArgs& args,
-                    std::span<const FlagSpec> specs, Globals& globals,
-                    std::optional<size_t> tail_after = std::nullopt) {
-  auto parsed = ParseArgs(command, args, specs, tail_after);
-  if (!parsed) return parsed;
-  if (auto url = parsed->Last("url")) globals.url = *url;
-  if (auto key = parsed->Last("api-key")) globals.api_key = *key;
-  if (parsed->Has("json")) globals.json = true;
-  return parsed;
-}
-
-int PrintUsage(std::string_view command) {
-  const Command* cmd = FindCommand(command);
-  PrintText(std::string(cmd->usage));
-  return 0;
-}
 
 // A string field of `doc`, or "" when it is missing or not a string.
 std::string Text(const json& doc, const char* key) {

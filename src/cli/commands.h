@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli/api.h"
+#include "cli/args.h"
 #include "cli/outcome.h"
 
 namespace airlock::cli {
@@ -25,6 +26,13 @@ const std::vector<Command>& Commands();
 const Command* FindCommand(std::string_view name);
 // The top-level help: usage, global flags, the commands, exit codes.
 std::string TopLevelHelp();
+
+// Parses `args` for `command` (see ParseArgs) and applies the global flags found among them.
+[[nodiscard]] Outcome<Args> Parse(std::string_view command, const CommandArgs& args,
+                                  std::span<const FlagSpec> specs, Globals& globals,
+                                  std::optional<size_t> tail_after = std::nullopt);
+// Prints `command`'s usage text on stdout; returns 0.
+int PrintUsage(std::string_view command);
 
 Outcome<int> CmdCp(const CommandArgs& args, Globals& globals);  // in cp.cc
 

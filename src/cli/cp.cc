@@ -16,10 +16,9 @@
 #include <cstdio>
 #include <cstring>
 
-#include "cli/args.h"
 #include "cli/commands.h"
-#include "common/unique_fd.h"
 #include "cli/subprocess.h"
+#include "common/unique_fd.h"
 
 namespace airlock::cli {
 
@@ -204,14 +203,9 @@ Outcome<int> Download(Api& api, const RemotePath& remote, const std::string& loc
 }  // namespace
 
 Outcome<int> CmdCp(const CommandArgs& in, Globals& globals) {
-  auto args = ParseArgs("cp", in, {});
+  auto args = Parse("cp", in, {}, globals);
   if (!args) return std::unexpected(args.error());
-  if (auto url = args->Last("url")) globals.url = *url;
-  if (auto key = args->Last("api-key")) globals.api_key = *key;
-  if (args->help) {
-    std::fputs(std::string(FindCommand("cp")->usage).c_str(), stdout);
-    return 0;
-  }
+  if (args->help) return PrintUsage("cp");
   if (args->positional.size() != 2) return UsageError("cp", "wants exactly SRC and DST");
   const auto src = ParseRemote(args->positional[0]);
   const auto dst = ParseRemote(args->positional[1]);
