@@ -27,8 +27,8 @@ void Api::AllowAtLeast(std::chrono::milliseconds timeout) {
   }
 }
 
-Outcome<Reply> Api::Call(std::string_view method, const std::string& target,
-                         std::string_view body, std::string_view content_type) {
+Outcome<Reply> Api::Call(std::string_view method, const std::string& target, std::string_view body,
+                         std::string_view content_type) {
   auto response = http_.Request(method, target, body, content_type);
   if (!response) return CommandError(response.error().message());
   if (response->status < 200 || response->status > 299) {

@@ -45,8 +45,9 @@ struct Args {
                                       std::optional<size_t> tail_after = std::nullopt);
 
 // "K=V" -> {K, V}; K must not be empty.
-[[nodiscard]] Outcome<std::pair<std::string, std::string>> ParseKeyValue(
-    std::string_view command, std::string_view flag, const std::string& text);
+[[nodiscard]] Outcome<std::pair<std::string, std::string>> ParseKeyValue(std::string_view command,
+                                                                         std::string_view flag,
+                                                                         const std::string& text);
 // A whole decimal integer, or a usage error naming the flag.
 [[nodiscard]] Outcome<int64_t> ParseInteger(std::string_view command, std::string_view flag,
                                             const std::string& text);

@@ -61,7 +61,6 @@ Outcome<int> PrintJson(const json& doc) {
   return 0;
 }
 
-
 // A string field of `doc`, or "" when it is missing or not a string.
 std::string Text(const json& doc, const char* key) {
   if (!doc.is_object()) return "";
@@ -166,8 +165,8 @@ Outcome<json> ExecRequest(std::string_view command, const Args& args,
 
 // The daemon's HTTP deadline for an exec: the command's own timeout and a minute to spare.
 std::chrono::milliseconds ExecDeadline(const json& req) {
-  const double seconds = req.contains("timeout_seconds") ? req["timeout_seconds"].get<double>()
-                                                         : 300.0;
+  const double seconds =
+      req.contains("timeout_seconds") ? req["timeout_seconds"].get<double>() : 300.0;
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)) + std::chrono::minutes(1);
 }
 
@@ -194,7 +193,9 @@ Outcome<int> EmitExecResult(const json& result, bool json_mode) {
     WriteAll(STDOUT_FILENO, *out);
     WriteAll(STDERR_FILENO, *err);
   }
-  auto flag = [&](const char* key) { return result.value(key, json()).is_boolean() && result[key]; };
+  auto flag = [&](const char* key) {
+    return result.value(key, json()).is_boolean() && result[key];
+  };
   if (flag("truncated")) {
     std::fprintf(stderr, "airlock: warning: the output was truncated at the daemon's cap\n");
   }
@@ -547,7 +548,8 @@ Runs CMD in sandbox ID, writes its stdout and stderr as they are, and exits with
   --stdin           send all of this program's stdin to the command
 )";
 
-constexpr std::string_view kRunUsage = R"(usage: airlock run [create flags] [exec flags] [--] CMD [ARG...]
+constexpr std::string_view kRunUsage =
+    R"(usage: airlock run [create flags] [exec flags] [--] CMD [ARG...]
 
 Creates a sandbox, runs CMD in it as exec does, and deletes the sandbox: when the command ends,
 when something fails, and on SIGINT, SIGTERM or SIGHUP. Exits with the command's exit code.

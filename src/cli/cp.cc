@@ -102,8 +102,8 @@ enum class RemoteKind { kMissing, kDirectory, kOther };
 // What `path` is in the sandbox: a directory lists; a 404 is missing; any other 4xx from the
 // list (e.g. "not a directory") is taken to be something else, which the next call will meet.
 Outcome<RemoteKind> StatRemote(Api& api, const RemotePath& remote) {
-  auto reply = api.Call("GET", SandboxTarget(remote.id, "/files/list?path=") +
-                                   client::UrlEncode(remote.path));
+  auto reply = api.Call(
+      "GET", SandboxTarget(remote.id, "/files/list?path=") + client::UrlEncode(remote.path));
   if (reply) return RemoteKind::kDirectory;
   const std::string& message = reply.error().message;
   if (message.starts_with("not_found:")) return RemoteKind::kMissing;
@@ -130,10 +130,10 @@ Outcome<int> Upload(Api& api, const std::string& local, const RemotePath& remote
     if (!data) return std::unexpected(data.error());
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", st.st_mode & 07777);
-    auto put = api.Call("PUT",
-                        SandboxTarget(remote.id, "/files?path=") + client::UrlEncode(target) +
-                            "&mode=" + mode,
-                        *data, "application/octet-stream");
+    auto put = api.Call(
+        "PUT",
+        SandboxTarget(remote.id, "/files?path=") + client::UrlEncode(target) + "&mode=" + mode,
+        *data, "application/octet-stream");
     if (!put) return std::unexpected(put.error());
     return 0;
   }
@@ -146,19 +146,19 @@ Outcome<int> Upload(Api& api, const std::string& local, const RemotePath& remote
   if (!names) return std::unexpected(names.error());
   const std::string query = "?path=" + client::UrlEncode(target);
   if (names->empty()) {  // tar refuses to make an empty archive: make the directory instead
-    auto made = api.Call("POST", SandboxTarget(remote.id, "/files/mkdir") + query +
-                                     "&parents=true");
+    auto made =
+        api.Call("POST", SandboxTarget(remote.id, "/files/mkdir") + query + "&parents=true");
     if (!made) return std::unexpected(made.error());
     return 0;
   }
-  std::vector<std::string> argv = {"tar", "--format=pax", "--numeric-owner", "-C", local,
-                                   "-cf", "-", "--"};
+  std::vector<std::string> argv = {
+      "tar", "--format=pax", "--numeric-owner", "-C", local, "-cf", "-", "--"};
   argv.insert(argv.end(), names->begin(), names->end());
   auto tar = RunProgram(argv, {});
   if (!tar) return std::unexpected(tar.error());
   api.AllowAtLeast(std::chrono::minutes(30));
-  auto put = api.Call("PUT", SandboxTarget(remote.id, "/files/tar") + query, *tar,
-                      "application/x-tar");
+  auto put =
+      api.Call("PUT", SandboxTarget(remote.id, "/files/tar") + query, *tar, "application/x-tar");
   if (!put) return std::unexpected(put.error());
   return 0;
 }

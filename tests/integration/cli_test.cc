@@ -123,11 +123,9 @@ TEST_F(CliTest, CreateListInspectExecRemove) {
   EXPECT_TRUE(inspect.out.starts_with("id:")) << inspect.out;
   EXPECT_TRUE(std::regex_search(inspect.out, std::regex("\nstate: +running\n"))) << inspect.out;
   EXPECT_TRUE(std::regex_search(inspect.out, std::regex("\nlimits.cpus: +0.5\n"))) << inspect.out;
-  EXPECT_TRUE(std::regex_search(inspect.out, std::regex("\nmetadata.team: +ml\n")))
-      << inspect.out;
+  EXPECT_TRUE(std::regex_search(inspect.out, std::regex("\nmetadata.team: +ml\n"))) << inspect.out;
 
-  ProcessResult exec =
-      Cli({"exec", id, "--", "sh", "-c", "echo $GREETING; echo err >&2; exit 3"});
+  ProcessResult exec = Cli({"exec", id, "--", "sh", "-c", "echo $GREETING; echo err >&2; exit 3"});
   EXPECT_EQ(exec.exit_code(), 3);
   EXPECT_EQ(exec.out, "hi\n");
   EXPECT_EQ(exec.err, "err\n");
@@ -256,7 +254,9 @@ TEST_F(CliTest, NonUtf8OutputIsPassedThroughExactly) {
   ProcessResult r =
       Cli({"exec", id, "--", "sh", "-c", "printf '\\377\\000\\376abc'; printf '\\300\\n' >&2"});
   EXPECT_EQ(r.exit_code(), 0) << r.err;
-  EXPECT_EQ(r.out, std::string("\xff\x00\xfe" "abc", 6));
+  EXPECT_EQ(r.out, std::string("\xff\x00\xfe"
+                               "abc",
+                               6));
   EXPECT_EQ(r.err, "\xc0\n");
 }
 
@@ -372,8 +372,8 @@ TEST_F(CliTest, UsageErrorsExit2) {
 TEST_F(CliTest, HelpAndVersion) {
   ProcessResult help = Cli({"--help"});
   EXPECT_EQ(help.exit_code(), 0);
-  for (const char* command : {"create", "ls", "inspect", "exec", "run", "cp", "rm", "pause",
-                              "resume", "version"}) {
+  for (const char* command :
+       {"create", "ls", "inspect", "exec", "run", "cp", "rm", "pause", "resume", "version"}) {
     EXPECT_NE(help.out.find(std::string("  ") + command + " "), std::string::npos) << command;
     ProcessResult own = Cli({command, "--help"});
     EXPECT_EQ(own.exit_code(), 0) << command;
