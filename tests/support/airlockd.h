@@ -19,6 +19,7 @@
 #include <boost/beast/http.hpp>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -26,6 +27,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -246,6 +248,140 @@ class DaemonTest : public ::testing::Test {
   std::string dir_;
   std::optional<Daemon> daemon_;
 };
+
+// What a finished child process did.
+struct ProcessResult {
+  int status = -1;  // as waitpid reports it
+  std::string out, err;
+  // The exit code; -1 if a signal ended the process.
+  int exit_code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
+};
+
+// A child process with its stdin, stdout and stderr on pipes; killed by pid if still running
+// when destroyed. Not for use from more than one thread.
+class ChildProcess {
+ public:
+  ChildProcess() = default;
+  ChildProcess(const ChildProcess&) = delete;
+  ~ChildProcess() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    for (int fd : {in_, out_, err_}) {
+      if (fd >= 0) ::close(fd);
+    }
+  }
+
+  // Starts argv[0] (a path) with this process's environment, less every AIRLOCK_* variable,
+  // plus `env`. `stdin_data` is fed by Finish, then stdin is closed.
+  ::testing::AssertionResult Start(const std::vector<std::string>& argv,
+                                   const std::map<std::string, std::string>& env,
+                                   std::string stdin_data = "") {
+    stdin_data_ = std::move(stdin_data);
+    ::signal(SIGPIPE, SIG_IGN);  // a child that exits without reading its stdin is not fatal
+    // Built before the fork: the child of a threaded process must not allocate.
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (!std::string_view(*e).starts_with("AIRLOCK_")) env_strings.emplace_back(*e);
+    }
+    for (const auto& [key, value] : env) env_strings.push_back(key + "=" + value);
+    std::vector<std::string> args = argv;
+    std::vector<char*> argp, envp;
+    for (auto& a : args) argp.push_back(a.data());
+    argp.push_back(nullptr);
+    for (auto& e : env_strings) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    int in[2], out[2], err[2];
+    if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 ||
+        ::pipe2(err, O_CLOEXEC) != 0) {
+      return ::testing::AssertionFailure() << "pipe2: " << std::strerror(errno);
+    }
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(in[0], STDIN_FILENO);
+      ::dup2(out[1], STDOUT_FILENO);
+      ::dup2(err[1], STDERR_FILENO);
+      ::execve(argp[0], argp.data(), envp.data());
+      ::_exit(127);
+    }
+    ::close(in[0]);
+    ::close(out[1]);
+    ::close(err[1]);
+    in_ = in[1];
+    out_ = out[0];
+    err_ = err[0];
+    if (pid_ < 0) return ::testing::AssertionFailure() << "fork: " << std::strerror(errno);
+    ::fcntl(in_, F_SETFL, O_NONBLOCK);
+    return ::testing::AssertionSuccess();
+  }
+
+  pid_t pid() const { return pid_; }
+
+  // Feeds stdin, reads stdout and stderr until both close, and reaps the child; SIGKILL once
+  // `timeout` has passed.
+  ProcessResult Finish(std::chrono::seconds timeout = std::chrono::seconds(180)) {
+    ProcessResult result;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    size_t sent = 0;
+    if (stdin_data_.empty()) CloseFd(&in_);
+    while (out_ >= 0 || err_ >= 0) {
+      if (std::chrono::steady_clock::now() > deadline && pid_ > 0) ::kill(pid_, SIGKILL);
+      pollfd fds[3];
+      nfds_t n = 0;
+      if (out_ >= 0) fds[n++] = {out_, POLLIN, 0};
+      if (err_ >= 0) fds[n++] = {err_, POLLIN, 0};
+      if (in_ >= 0) fds[n++] = {in_, POLLOUT, 0};
+      if (::poll(fds, n, 500) < 0 && errno != EINTR) break;
+      for (nfds_t k = 0; k < n; ++k) {
+        if (fds[k].revents == 0) continue;
+        if (fds[k].fd == in_) {
+          ssize_t w = ::write(in_, stdin_data_.data() + sent, stdin_data_.size() - sent);
+          if (w > 0) sent += static_cast<size_t>(w);
+          if ((w < 0 && errno != EAGAIN) || sent == stdin_data_.size()) CloseFd(&in_);
+          continue;
+        }
+        char buf[65536];
+        ssize_t r = ::read(fds[k].fd, buf, sizeof buf);
+        if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+        const bool is_out = fds[k].fd == out_;
+        if (r <= 0) {
+          CloseFd(is_out ? &out_ : &err_);
+          continue;
+        }
+        (is_out ? result.out : result.err).append(buf, static_cast<size_t>(r));
+      }
+    }
+    CloseFd(&in_);
+    if (pid_ > 0) {
+      ::waitpid(pid_, &result.status, 0);
+      pid_ = -1;
+    }
+    return result;
+  }
+
+ private:
+  static void CloseFd(int* fd) {
+    if (*fd >= 0) ::close(*fd);
+    *fd = -1;
+  }
+
+  pid_t pid_ = -1;
+  int in_ = -1, out_ = -1, err_ = -1;
+  std::string stdin_data_;
+};
+
+// Runs argv to completion (see ChildProcess::Start for `env`).
+inline ProcessResult RunProcess(const std::vector<std::string>& argv,
+                                const std::map<std::string, std::string>& env,
+                                std::string stdin_data = "") {
+  ChildProcess child;
+  if (auto started = child.Start(argv, env, std::move(stdin_data)); !started) {
+    ADD_FAILURE() << started.message();
+    return {};
+  }
+  return child.Finish();
+}
 
 // Every directory under the cgroup roots whose name contains `id`.
 inline std::vector<std::string> CgroupsNamed(const std::string& id) {

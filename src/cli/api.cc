@@ -1,0 +1,94 @@
+#include "cli/api.h"
+
+namespace airlock::cli {
+
+using nlohmann::json;
+
+Outcome<Api> Api::Connect(const Globals& globals) {
+  const std::string url = globals.url.value_or(client::DefaultUrl());
+  auto http = client::HttpClient::Open(url);
+  if (!http) return CommandError(http.error().message());
+  std::string key;
+  if (globals.api_key) {
+    key = *globals.api_key;
+  } else {
+    auto found = client::DefaultApiKey();
+    if (!found) return CommandError(found.error().message());
+    key = *found;
+  }
+  http->set_api_key(std::move(key));
+  return Api(std::move(*http));
+}
+
+void Api::AllowAtLeast(std::chrono::milliseconds timeout) {
+  if (timeout > timeout_) {
+    timeout_ = timeout;
+    http_.set_timeout(timeout);
+  }
+}
+
+Outcome<Reply> Api::Call(std::string_view method, const std::string& target, std::string_view body,
+                         std::string_view content_type) {
+  auto response = http_.Request(method, target, body, content_type);
+  if (!response) return CommandError(response.error().message());
+  if (response->status < 200 || response->status > 299) {
+    return CommandError(DescribeErrorReply(response->status, response->body, http_.url()));
+  }
+  return Reply{response->status, std::move(response->body)};
+}
+
+Outcome<json> Api::CallJson(std::string_view method, const std::string& target,
+                            const json* request) {
+  std::string body;
+  if (request != nullptr) {
+    auto text = DumpJson(*request);
+    if (!text) return std::unexpected(text.error());
+    body = std::move(*text);
+  }
+  auto reply = Call(method, target, body);
+  if (!reply) return std::unexpected(reply.error());
+  if (reply->body.empty()) return json();
+  json doc = json::parse(reply->body, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) {
+    return CommandError("the daemon at " + http_.url() + " sent a reply that is not JSON");
+  }
+  return doc;
+}
+
+std::string SandboxTarget(const std::string& id, std::string_view suffix) {
+  return "/v1/sandboxes/" + client::UrlEncode(id) + std::string(suffix);
+}
+
+std::string DescribeErrorReply(int status, const std::string& body, const std::string& url) {
+  const json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_object() && doc.contains("error") && doc["error"].is_object()) {
+    const json& error = doc["error"];
+    if (error.contains("code") && error["code"].is_string() && error.contains("message") &&
+        error["message"].is_string()) {
+      std::string message =
+          error["code"].get<std::string>() + ": " + error["message"].get<std::string>();
+      for (char& c : message) {
+        if (c == '\n' || c == '\r') c = ' ';
+      }
+      return message;
+    }
+  }
+  // Not the API's error document (a proxy, or not airlockd): the status and a little of the body.
+  std::string excerpt = body.substr(0, 200);
+  for (char& c : excerpt) {
+    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+  }
+  std::string message = "HTTP " + std::to_string(status) + " from " + url;
+  if (!excerpt.empty()) message += ": " + excerpt;
+  return message;
+}
+
+Outcome<std::string> DumpJson(const json& doc, int indent) {
+  try {
+    return doc.dump(indent);
+  } catch (const json::exception&) {
+    return CommandError("cannot send text that is not valid UTF-8 (arguments, env, paths)");
+  }
+}
+
+}  // namespace airlock::cli

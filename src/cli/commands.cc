@@ -1,0 +1,648 @@
+#include "cli/commands.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "cli/args.h"
+#include "cli/table.h"
+#include "daemon/api/base64.h"
+#include "daemon/api/utf8.h"
+
+namespace airlock::cli {
+
+using nlohmann::json;
+
+bool WriteAll(int fd, std::string_view bytes) {
+  while (!bytes.empty()) {
+    ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+Outcome<Args> Parse(std::string_view command, const CommandArgs& args,
+                    std::span<const FlagSpec> specs, Globals& globals,
+                    std::optional<size_t> tail_after) {
+  auto parsed = ParseArgs(command, args, specs, tail_after);
+  if (!parsed) return parsed;
+  if (auto url = parsed->Last("url")) globals.url = *url;
+  if (auto key = parsed->Last("api-key")) globals.api_key = *key;
+  if (parsed->Has("json")) globals.json = true;
+  return parsed;
+}
+
+int PrintUsage(std::string_view command) {
+  const Command* cmd = FindCommand(command);
+  std::fputs(std::string(cmd->usage).c_str(), stdout);
+  return 0;
+}
+
+namespace {
+
+// ---- shared helpers -------------------------------------------------------------------------
+
+void PrintText(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
+
+// The one way --json output is printed: the document, pretty with 2-space indent, then "\n".
+Outcome<int> PrintJson(const json& doc) {
+  auto text = DumpJson(doc, 2);
+  if (!text) return std::unexpected(text.error());
+  PrintText(*text + "\n");
+  return 0;
+}
+
+// A string field of `doc`, or "" when it is missing or not a string.
+std::string Text(const json& doc, const char* key) {
+  if (!doc.is_object()) return "";
+  auto it = doc.find(key);
+  return it != doc.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+Outcome<std::string> SandboxIdOf(const json& sandbox) {
+  std::string id = Text(sandbox, "id");
+  if (id.empty()) return CommandError("the daemon's reply has no sandbox id");
+  return id;
+}
+
+Outcome<std::string> ReadAllStdin() {
+  std::string data;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(STDIN_FILENO, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return CommandError("reading stdin: " + std::string(strerror(errno)));
+    if (n == 0) return data;
+    data.append(buf, static_cast<size_t>(n));
+  }
+}
+
+// ---- create / run: the sandbox request -------------------------------------------------------
+
+const std::vector<FlagSpec> kCreateFlags = {
+    {"template", true}, {"ttl", true},  {"cpus", true}, {"memory", true},
+    {"pids", true},     {"disk", true}, {"env", true},  {"meta", true},
+};
+
+const std::vector<FlagSpec> kExecFlags = {
+    {"timeout", true}, {"cwd", true}, {"env", true}, {"user", true}, {"stdin", false},
+};
+
+// The CreateSandboxRequest for the create flags in `args`; run sends --env with the exec instead.
+Outcome<json> CreateRequest(std::string_view command, const Args& args, bool with_env) {
+  json req = json::object();
+  if (auto v = args.Last("template")) req["template"] = *v;
+  struct IntFlag {
+    const char* flag;
+    const char* field;
+  };
+  for (const IntFlag& f : {IntFlag{"ttl", "ttl_seconds"}, IntFlag{"memory", "memory_mb"},
+                           IntFlag{"pids", "pids_max"}, IntFlag{"disk", "disk_mb"}}) {
+    if (auto v = args.Last(f.flag)) {
+      auto n = ParseInteger(command, f.flag, *v);
+      if (!n) return std::unexpected(n.error());
+      req[f.field] = *n;
+    }
+  }
+  if (auto v = args.Last("cpus")) {
+    auto n = ParseNumber(command, "cpus", *v);
+    if (!n) return std::unexpected(n.error());
+    req["cpus"] = *n;
+  }
+  for (const char* flag : {"env", "meta"}) {
+    if (std::string_view(flag) == "env" && !with_env) continue;
+    json map = json::object();
+    for (const auto& kv : args.All(flag)) {
+      auto pair = ParseKeyValue(command, flag, kv);
+      if (!pair) return std::unexpected(pair.error());
+      map[pair->first] = pair->second;
+    }
+    if (!map.empty()) req[std::string_view(flag) == "env" ? "env" : "metadata"] = map;
+  }
+  return req;
+}
+
+// The ExecRequest for the exec flags in `args` and the command `argv`. Reads stdin for --stdin.
+Outcome<json> ExecRequest(std::string_view command, const Args& args,
+                          const std::vector<std::string>& argv) {
+  if (argv.empty()) return UsageError(std::string(command), "no command to run");
+  json req = {{"argv", argv}};
+  if (auto v = args.Last("cwd")) req["cwd"] = *v;
+  if (auto v = args.Last("user")) req["user"] = *v;
+  if (auto v = args.Last("timeout")) {
+    auto n = ParseNumber(command, "timeout", *v);
+    if (!n) return std::unexpected(n.error());
+    req["timeout_seconds"] = *n;
+  }
+  json env = json::object();
+  for (const auto& kv : args.All("env")) {
+    auto pair = ParseKeyValue(command, "env", kv);
+    if (!pair) return std::unexpected(pair.error());
+    env[pair->first] = pair->second;
+  }
+  if (!env.empty()) req["env"] = env;
+  if (args.Has("stdin")) {
+    auto data = ReadAllStdin();
+    if (!data) return std::unexpected(data.error());
+    if (api::IsValidUtf8(*data)) {
+      req["stdin"] = *data;
+    } else {
+      req["stdin"] = api::Base64Encode(*data);
+      req["stdin_encoding"] = "base64";
+    }
+  }
+  return req;
+}
+
+// The daemon's HTTP deadline for an exec: the command's own timeout and a minute to spare.
+std::chrono::milliseconds ExecDeadline(const json& req) {
+  const double seconds =
+      req.contains("timeout_seconds") ? req["timeout_seconds"].get<double>() : 300.0;
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)) + std::chrono::minutes(1);
+}
+
+Outcome<std::string> DecodeOutput(const json& result, const char* field) {
+  std::string data = Text(result, field);
+  if (Text(result, (std::string(field) + "_encoding").c_str()) != "base64") return data;
+  auto decoded = api::Base64Decode(data);
+  if (!decoded) return CommandError(std::string("the daemon sent bad base64 in ") + field);
+  return *decoded;
+}
+
+// Writes the command's output (or the result document with --json) and returns its exit code:
+// the command's own, 128+N for signal N, 124 when it timed out (as timeout(1) does).
+Outcome<int> EmitExecResult(const json& result, bool json_mode) {
+  if (!result.is_object()) return CommandError("the daemon's exec reply is not an object");
+  if (json_mode) {
+    if (auto printed = PrintJson(result); !printed) return printed;
+  } else {
+    auto out = DecodeOutput(result, "stdout");
+    if (!out) return std::unexpected(out.error());
+    auto err = DecodeOutput(result, "stderr");
+    if (!err) return std::unexpected(err.error());
+    std::fflush(stdout);
+    WriteAll(STDOUT_FILENO, *out);
+    WriteAll(STDERR_FILENO, *err);
+  }
+  auto flag = [&](const char* key) {
+    return result.value(key, json()).is_boolean() && result[key];
+  };
+  if (flag("truncated")) {
+    std::fprintf(stderr, "airlock: warning: the output was truncated at the daemon's cap\n");
+  }
+  if (flag("oom_killed")) std::fprintf(stderr, "airlock: the command was killed for memory\n");
+  if (flag("timed_out")) return 124;
+  if (result.contains("signal") && result["signal"].is_number_integer()) {
+    return 128 + result["signal"].get<int>();
+  }
+  if (result.contains("exit_code") && result["exit_code"].is_number_integer()) {
+    return result["exit_code"].get<int>();
+  }
+  return CommandError("the daemon's exec reply has neither exit_code nor signal");
+}
+
+// ---- the commands ------------------------------------------------------------------------------
+
+Outcome<int> CmdCreate(const CommandArgs& in, Globals& globals) {
+  auto args = Parse("create", in, kCreateFlags, globals);
+  if (!args) return std::unexpected(args.error());
+  if (args->help) return PrintUsage("create");
+  if (!args->positional.empty()) {
+    return UsageError("create", "unexpected argument '" + args->positional[0] + "'");
+  }
+  auto req = CreateRequest("create", *args, /*with_env=*/true);
+  if (!req) return std::unexpected(req.error());
+  auto api = Api::Connect(globals);
+  if (!api) return std::unexpected(api.error());
+  auto sandbox = api->CallJson("POST", "/v1/sandboxes", &*req);
+  if (!sandbox) return std::unexpected(sandbox.error());
+  if (globals.json) return PrintJson(*sandbox);
+  auto id = SandboxIdOf(*sandbox);
+  if (!id) return std::unexpected(id.error());
+  PrintText(*id + "\n");
+  return 0;
+}
+
+Outcome<int> CmdLs(const CommandArgs& in, Globals& globals) {
+  static const std::vector<FlagSpec> kFlags = {{"state", true}, {"meta", true}};
+  auto args = Parse("ls", in, kFlags, globals);
+  if (!args) return std::unexpected(args.error());
+  if (args->help) return PrintUsage("ls");
+  if (!args->positional.empty()) {
+    return UsageError("ls", "unexpected argument '" + args->positional[0] + "'");
+  }
+  std::string query;
+  auto add = [&](const std::string& key, const std::string& value) {
+    query += (query.empty() ? "?" : "&") + key + "=" + client::UrlEncode(value);
+  };
+  if (auto state = args->Last("state")) add("state", *state);
+  for (const auto& kv : args->All("meta")) {
+    auto pair = ParseKeyValue("ls", "meta", kv);
+    if (!pair) return std::unexpected(pair.error());
+    add("metadata." + client::UrlEncode(pair->first), pair->second);
+  }
+  auto api = Api::Connect(globals);
+  if (!api) return std::unexpected(api.error());
+  auto doc = api->CallJson("GET", "/v1/sandboxes" + query);
+  if (!doc) return std::unexpected(doc.error());
+  if (!doc->is_object() || !(*doc)["sandboxes"].is_array()) {
+    return CommandError("the daemon's list reply has no sandboxes array");
+  }
+  const json& list = (*doc)["sandboxes"];
+  if (globals.json) return PrintJson(list);
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& s : list) {
+    rows.push_back({Text(s, "id"), Text(s, "state"), Text(s, "template"), Text(s, "created_at"),
+                    Text(s, "expires_at")});
+  }
+  PrintText(FormatTable({"ID", "STATE", "TEMPLATE", "CREATED", "EXPIRES"}, rows));
+  return 0;
+}
+
+// One "key: value" pair per leaf; nested objects as "limits.cpus".
+void Flatten(const std::string& prefix, const json& doc,
+             std::vector<std::pair<std::string, std::string>>* out) {
+  for (const auto& [key, value] : doc.items()) {
+    const std::string name = prefix.empty() ? key : prefix + "." + key;
+    if (value.is_object()) {
+      Flatten(name, value, out);
+    } else {
+      out->emplace_back(name, value.is_string() ? value.get<std::string>() : value.dump());
+    }
+  }
+}
+
+// The one sandbox id a command takes, or a usage error.
+Outcome<std::string> OneId(std::string_view command, const Args& args) {
+  if (args.positional.size() != 1) {
+    return UsageError(std::string(command), args.positional.empty()
+                                                ? "missing the sandbox ID"
+                                                : "takes exactly one sandbox ID");
+  }
+  return args.positional[0];
+}
+
+Outcome<int> CmdInspect(const CommandArgs& in, Globals& globals) {
+  auto args = Parse("inspect", in, {}, globals);
+  if (!args) return std::unexpected(args.error());
+  if (args->help) return PrintUsage("inspect");
+  auto id = OneId("inspect", *args);
+  if (!id) return std::unexpected(id.error());
+  auto api = Api::Connect(globals);
+  if (!api) return std::unexpected(api.error());
+  auto sandbox = api->CallJson("GET", SandboxTarget(*id));
+  if (!sandbox) return std::unexpected(sandbox.error());
+  if (globals.json) return PrintJson(*sandbox);
+  // The identity first, then the rest as the daemon named it.
+  std::vector<std::pair<std::string, std::string>> pairs;
+  json rest = *sandbox;
+  for (const char* key : {"id", "state", "template", "engine", "created_at", "expires_at"}) {
+    if (!rest.contains(key)) continue;
+    Flatten("", json{{key, rest[key]}}, &pairs);
+    rest.erase(key);
+  }
+  Flatten("", rest, &pairs);
+  PrintText(FormatKeyValues(pairs));
+  return 0;
+}
+
+Outcome<int> CmdExec(const CommandArgs& in, Globals& globals) {
+  auto args = Parse("exec", in, kExecFlags, globals, /*tail_after=*/1);
+  if (!args) return std::unexpected(args.error());
+  if (args->help) return PrintUsage("exec");
+  auto id = OneId("exec", *args);
+  if (!id) return std::unexpected(id.error());
+  auto req = ExecRequest("exec", *args, args->tail);
+  if (!req) return std::unexpected(req.error());
+  auto api = Api::Connect(globals);
+  if (!api) return std::unexpected(api.error());
+  api->AllowAtLeast(ExecDeadline(*req));
+  auto result = api->CallJson("POST", SandboxTarget(*id, "/exec"), &*req);
+  if (!result) return std::unexpected(result.error());
+  return EmitExecResult(*result, globals.json);
+}
+
+// run's sandbox and who deletes it: the main thread when the command ends, or the signal thread
+// on SIGINT / SIGTERM / SIGHUP. Shared with a detached thread, so never freed.
+struct RunState {
+  std::mutex mu;
+  std::string id;         // set once the create came back
+  bool deleting = false;  // someone has taken the delete
+  int signo = 0;          // the first signal seen
+  Globals globals;
+};
+
+void DeleteOnSignal(std::shared_ptr<RunState> state, sigset_t set) {
+  for (;;) {
+    int sig = 0;
+    if (::sigwait(&set, &sig) != 0) continue;
+    std::string victim;
+    {
+      std::lock_guard lock(state->mu);
+      if (state->signo == 0) state->signo = sig;
+      if (!state->id.empty() && !state->deleting) {
+        state->deleting = true;
+        victim = state->id;
+      }
+    }
+    // With no id yet, the create is in flight and the main thread deletes when it returns.
+    if (victim.empty()) continue;
+    auto api = Api::Connect(state->globals);
+    Outcome<Reply> deleted =
+        api ? api->Call("DELETE", SandboxTarget(victim)) : std::unexpected(api.error());
+    if (deleted) {
+      std::fprintf(stderr, "airlock: interrupted; deleted sandbox %s\n", victim.c_str());
+    } else {
+      std::fprintf(stderr, "airlock: interrupted; deleting sandbox %s: %s\n", victim.c_str(),
+                   deleted.error().message.c_str());
+    }
+    std::fflush(stdout);
+    ::_exit(128 + sig);
+  }
+}
+
+Outcome<int> CmdRun(const CommandArgs& in, Globals& globals) {
+  std::vector<FlagSpec> flags = kCreateFlags;
+  for (const auto& f : kExecFlags) {
+    if (f.name != "env") flags.push_back(f);
+  }
+  auto args = Parse("run", in, flags, globals, /*tail_after=*/0);
+  if (!args) return std::unexpected(args.error());
+  if (args->help) return PrintUsage("run");
+  auto create = CreateRequest("run", *args, /*with_env=*/false);
+  if (!create) return std::unexpected(create.error());
+  auto exec = ExecRequest("run", *args, args->tail);
+  if (!exec) return std::unexpected(exec.error());
+  auto api = Api::Connect(globals);
+  if (!api) return std::unexpected(api.error());
+  api->AllowAtLeast(ExecDeadline(*exec));
+
+  // From here the signals that end a terminal session go to one thread, which deletes.
+  auto state = std::make_shared<RunState>();
+  state->globals = globals;
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread(DeleteOnSignal, state, set).detach();
+
+  auto sandbox = api->CallJson("POST", "/v1/sandboxes", &*create);
+  if (!sandbox) return std::unexpected(sandbox.error());
+  auto id = SandboxIdOf(*sandbox);
+  if (!id) return std::unexpected(id.error());
+  int interrupted = 0;
+  {
+    std::lock_guard lock(state->mu);
+    state->id = *id;
+    if (state->signo != 0) {
+      state->deleting = true;
+      interrupted = state->signo;
+    }
+  }
+  auto delete_sandbox = [&]() -> bool {
+    auto deleted = api->Call("DELETE", SandboxTarget(*id));
+    if (!deleted) {
+      std::fprintf(stderr, "airlock: deleting sandbox %s: %s\n", id->c_str(),
+                   deleted.error().message.c_str());
+    }
+    return static_cast<bool>(deleted);
+  };
+  if (interrupted != 0) {
+    delete_sandbox();
+    std::fprintf(stderr, "airlock: interrupted; deleted sandbox %s\n", id->c_str());
+    return 128 + interrupted;
+  }
+
+  auto result = api->CallJson("POST", SandboxTarget(*id, "/exec"), &*exec);
+  {
+    std::unique_lock lock(state->mu);
+    if (state->deleting) {  // the signal thread is deleting the sandbox and will exit
+      lock.unlock();
+      for (;;) ::pause();
+    }
+    state->deleting = true;
+  }
+  Outcome<int> code =
+      result ? EmitExecResult(*result, globals.json) : std::unexpected(result.error());
+  std::fflush(stdout);
+  if (!delete_sandbox() && code) return kExitFailure;
+  return code;
+}
+
+Outcome<int> CmdRm(const CommandArgs& in, Globals& globals) {
+  auto args = Parse("rm", in, {}, globals);
+  if (!args) return std::unexpected(args.error());
+  if (args->help) return PrintUsage("rm");
+  if (args->positional.empty()) return UsageError("rm", "missing the sandbox ID");
+  auto api = Api::Connect(globals);
+  if (!api) return std::unexpected(api.error());
+  json deleted = json::array();
+  bool failed = false;
+  for (const auto& id : args->positional) {
+    auto reply = api->Call("DELETE", SandboxTarget(id));
+    if (!reply) {
+      std::fprintf(stderr, "airlock: %s\n", reply.error().message.c_str());
+      failed = true;
+      continue;
+    }
+    deleted.push_back(id);
+    if (!globals.json) PrintText(id + "\n");
+  }
+  if (globals.json) {
+    if (auto printed = PrintJson(deleted); !printed) return printed;
+  }
+  return failed ? kExitFailure : 0;
+}
+
+Outcome<int> PauseOrResume(std::string_view command, const CommandArgs& in, Globals& globals) {
+  auto args = Parse(command, in, {}, globals);
+  if (!args) return std::unexpected(args.error());
+  if (args->help) return PrintUsage(command);
+  auto id = OneId(command, *args);
+  if (!id) return std::unexpected(id.error());
+  auto api = Api::Connect(globals);
+  if (!api) return std::unexpected(api.error());
+  auto sandbox = api->CallJson("POST", SandboxTarget(*id, "/" + std::string(command)));
+  if (!sandbox) return std::unexpected(sandbox.error());
+  if (globals.json) return PrintJson(*sandbox);
+  PrintText(*id + " " + Text(*sandbox, "state") + "\n");
+  return 0;
+}
+
+Outcome<int> CmdPause(const CommandArgs& in, Globals& globals) {
+  return PauseOrResume("pause", in, globals);
+}
+Outcome<int> CmdResume(const CommandArgs& in, Globals& globals) {
+  return PauseOrResume("resume", in, globals);
+}
+
+Outcome<int> CmdVersion(const CommandArgs& in, Globals& globals) {
+  auto args = Parse("version", in, {}, globals);
+  if (!args) return std::unexpected(args.error());
+  if (args->help) return PrintUsage("version");
+  if (globals.json) return PrintJson({{"version", AIRLOCK_BUILD_ID}});
+  PrintText(std::string("airlock ") + AIRLOCK_BUILD_ID + "\n");
+  return 0;
+}
+
+Outcome<int> CmdHelp(const CommandArgs& in, Globals& globals) {
+  auto args = Parse("help", in, {}, globals);
+  if (!args) return std::unexpected(args.error());
+  if (args->positional.empty() || args->help) {
+    PrintText(TopLevelHelp());
+    return 0;
+  }
+  if (FindCommand(args->positional[0]) == nullptr) {
+    return UsageError("", "unknown command '" + args->positional[0] + "'");
+  }
+  return PrintUsage(args->positional[0]);
+}
+
+// ---- help texts ----------------------------------------------------------------------------
+
+constexpr std::string_view kCreateUsage = R"(usage: airlock create [flags]
+
+Creates a sandbox and prints its id (with --json, the sandbox object).
+
+  --template T      the template (default: base)
+  --ttl SECONDS     destroy it this long after creation (default: 3600)
+  --cpus N          CPU quota in cores, fractions allowed (default: 1)
+  --memory MB       memory cap in MiB (default: 512)
+  --pids N          processes and threads (default: 256)
+  --disk MB         writable layer in MiB (default: 1024)
+  --env K=V         an environment variable for every command (repeatable)
+  --meta K=V        a metadata label (repeatable)
+)";
+
+constexpr std::string_view kLsUsage = R"(usage: airlock ls [--state S] [--meta K=V]...
+
+Lists sandboxes: ID STATE TEMPLATE CREATED EXPIRES (with --json, the array of sandbox objects).
+
+  --state S         only sandboxes in state S (creating, running, paused, ...)
+  --meta K=V        only sandboxes labelled K=V (repeatable; every label must match)
+)";
+
+constexpr std::string_view kInspectUsage = R"(usage: airlock inspect ID
+
+Prints one sandbox as "key: value" lines (with --json, the sandbox object).
+)";
+
+constexpr std::string_view kExecUsage = R"(usage: airlock exec [flags] ID [--] CMD [ARG...]
+
+Runs CMD in sandbox ID, writes its stdout and stderr as they are, and exits with its exit code
+(128+N if signal N killed it, 124 if it timed out). With --json, prints the result object.
+
+  --timeout S       kill the command and everything it started after S seconds (default: 300)
+  --cwd DIR         working directory inside the sandbox
+  --env K=V         an environment variable (repeatable)
+  --user U          run as user U (a name or uid from the sandbox's /etc/passwd)
+  --stdin           send all of this program's stdin to the command
+)";
+
+constexpr std::string_view kRunUsage =
+    R"(usage: airlock run [create flags] [exec flags] [--] CMD [ARG...]
+
+Creates a sandbox, runs CMD in it as exec does, and deletes the sandbox: when the command ends,
+when something fails, and on SIGINT, SIGTERM or SIGHUP. Exits with the command's exit code.
+
+create flags: --template --ttl --cpus --memory --pids --disk --meta (see airlock create --help)
+exec flags:   --timeout --cwd --env --user --stdin (see airlock exec --help)
+)";
+
+constexpr std::string_view kCpUsage = R"(usage: airlock cp SRC DST
+
+Copies a file or a directory tree between this machine and a sandbox. Exactly one of SRC and
+DST is ID:PATH (a local path with a ':' in it can be written ./a:b).
+
+  airlock cp ./notes.txt sbx-abc:/tmp/notes.txt     upload a file
+  airlock cp ./src sbx-abc:/work/src                upload a directory tree
+  airlock cp sbx-abc:/work/out ./out                download a directory tree
+
+As with cp -r: if DST is an existing directory, SRC is copied into it under its own name;
+otherwise DST becomes the copy. Directories travel as tar streams made and unpacked by the
+system tar.
+)";
+
+constexpr std::string_view kRmUsage = R"(usage: airlock rm ID...
+
+Deletes each sandbox and prints its id (with --json, the array of deleted ids). Each failure is
+reported on its own line; the exit code is 1 if any failed.
+)";
+
+constexpr std::string_view kPauseUsage = R"(usage: airlock pause ID
+
+Freezes every process in the sandbox (memory is kept).
+)";
+
+constexpr std::string_view kResumeUsage = R"(usage: airlock resume ID
+
+Thaws a paused sandbox.
+)";
+
+constexpr std::string_view kVersionUsage = R"(usage: airlock version
+
+Prints the CLI's version and build.
+)";
+
+constexpr std::string_view kHelpUsage = R"(usage: airlock help [COMMAND]
+)";
+
+}  // namespace
+
+const std::vector<Command>& Commands() {
+  static const std::vector<Command> kCommands = {
+      {"create", "create a sandbox and print its id", kCreateUsage, CmdCreate},
+      {"ls", "list sandboxes", kLsUsage, CmdLs},
+      {"inspect", "show one sandbox", kInspectUsage, CmdInspect},
+      {"exec", "run a command in a sandbox", kExecUsage, CmdExec},
+      {"run", "create a sandbox, run a command in it, delete it", kRunUsage, CmdRun},
+      {"cp", "copy files and directories to or from a sandbox", kCpUsage, CmdCp},
+      {"rm", "delete sandboxes", kRmUsage, CmdRm},
+      {"pause", "freeze a sandbox", kPauseUsage, CmdPause},
+      {"resume", "thaw a paused sandbox", kResumeUsage, CmdResume},
+      {"version", "print the version", kVersionUsage, CmdVersion},
+      {"help", "show help for the CLI or a command", kHelpUsage, CmdHelp},
+  };
+  return kCommands;
+}
+
+const Command* FindCommand(std::string_view name) {
+  for (const auto& cmd : Commands()) {
+    if (cmd.name == name) return &cmd;
+  }
+  return nullptr;
+}
+
+std::string TopLevelHelp() {
+  std::string out =
+      "usage: airlock [--url URL] [--api-key KEY] [--json] COMMAND [ARGS]\n"
+      "\n"
+      "Drives airlockd, which runs commands in disposable, isolated sandboxes.\n"
+      "\n"
+      "  --url URL       the daemon (default: $AIRLOCK_URL, else http://127.0.0.1:7878)\n"
+      "  --api-key KEY   the API key (default: $AIRLOCK_API_KEY, else the first line of\n"
+      "                  $AIRLOCK_STATE_DIR/admin.key, state dir /var/lib/airlock)\n"
+      "  --json          print JSON documents for scripts instead of text for people\n"
+      "\n"
+      "commands:\n";
+  for (const auto& cmd : Commands()) {
+    out += "  " + std::string(cmd.name) + std::string(10 - cmd.name.size(), ' ') +
+           std::string(cmd.summary) + "\n";
+  }
+  out +=
+      "\n"
+      "'airlock COMMAND --help' describes a command. Exit codes: 0 success, 1 an API or\n"
+      "connection error, 2 a usage error; exec and run exit with the command's own code.\n";
+  return out;
+}
+
+}  // namespace airlock::cli
