@@ -58,7 +58,7 @@ inline constexpr size_t kMaxPathBytes = 4096;
 
 // Caps on non-JSON bodies, enforced by the HTTP layer while reading (413 when exceeded).
 inline constexpr uint64_t kMaxFileBytes = 256ull << 20;  // PUT / GET .../files
-inline constexpr uint64_t kMaxTarBytes = 1ull << 30;     // PUT / GET .../files/tar
+inline constexpr uint64_t kMaxTarBytes = 256ull << 20;  // PUT / GET .../files/tar (in memory)
 
 using EnvMap = std::map<std::string, std::string>;
 using Metadata = std::map<std::string, std::string>;
