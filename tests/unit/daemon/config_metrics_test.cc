@@ -1,0 +1,128 @@
+// airlockd's config file parser and its Prometheus rendering (no daemon, no sandbox).
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+
+#include "daemon/server/config.h"
+#include "daemon/server/metrics.h"
+
+namespace {
+
+using airlock::daemon::Config;
+using airlock::daemon::Metrics;
+using airlock::daemon::OnShutdown;
+
+TEST(ConfigTest, DefaultsAreTheDocumentedOnes) {
+  Config c;
+  EXPECT_EQ(c.listen, "127.0.0.1:7878");
+  EXPECT_EQ(c.state_dir, "/var/lib/airlock");
+  EXPECT_FALSE(c.no_auth);
+  EXPECT_EQ(c.on_shutdown, OnShutdown::kKeep);
+}
+
+TEST(ConfigTest, FileSetsEveryKey) {
+  Config c;
+  ASSERT_TRUE(c.ApplyFile(R"(# comment
+
+listen = "0.0.0.0:9000"   # trailing comment
+state-dir = "/srv/airlock \"q\" \\ x"
+no_auth = true
+agent = "/opt/a"
+launcher = "/opt/l"
+log_level = "debug"
+on_shutdown = "destroy"
+workers = 12
+)"));
+  EXPECT_EQ(c.listen, "0.0.0.0:9000");
+  EXPECT_EQ(c.state_dir, "/srv/airlock \"q\" \\ x");
+  EXPECT_TRUE(c.no_auth);
+  EXPECT_EQ(c.agent, "/opt/a");
+  EXPECT_EQ(c.launcher, "/opt/l");
+  EXPECT_EQ(c.log_level, "debug");
+  EXPECT_EQ(c.on_shutdown, OnShutdown::kDestroy);
+  EXPECT_EQ(c.workers, 12);
+}
+
+TEST(ConfigTest, BadFilesNameTheLineAndChangeNothingAfterIt) {
+  struct Case {
+    const char* text;
+    const char* error;
+  };
+  const Case cases[] = {
+      {"bogus = 1\n", "line 1: unknown setting 'bogus'"},
+      {"\nlisten\n", "line 2: expected key = value"},
+      {"listen = \"a\"\nlisten = \"b\"\n", "line 2: listen is set twice"},
+      {"listen = \"a\nx\"\n", "line 1: listen: unterminated string"},
+      {"listen = 127.0.0.1 7878\n", "line 1: listen: strings must be double-quoted"},
+      {"no_auth = yes\n", "line 1: no_auth must be true or false"},
+      {"workers = 0\n", "line 1: workers must be a number from 1 to 1024"},
+      {"workers = 12x\n", "line 1: workers must be a number"},
+      {"on_shutdown = \"pause\"\n", "line 1: on_shutdown must be keep or destroy"},
+      {"log_level = \"loud\"\n", "line 1: log_level must be"},
+      {"[server]\n", "line 1: tables are not supported"},
+      {"state_dir = \"\"\n", "line 1: state_dir must not be empty"},
+      {"listen = \"a\" junk\n", "line 1: listen: unexpected text after the value"},
+      {"agent = \"a\\nb\"\n", "line 1: agent: only"},
+  };
+  for (const Case& c : cases) {
+    Config config;
+    auto st = config.ApplyFile(c.text);
+    ASSERT_FALSE(st) << c.text;
+    EXPECT_NE(st.error().message().find(c.error), std::string::npos)
+        << c.text << " -> " << st.error().message();
+  }
+}
+
+TEST(ConfigTest, FlagsUseDashesAndTheSameRules) {
+  Config c;
+  EXPECT_TRUE(c.Set("on-shutdown", "destroy"));
+  EXPECT_EQ(c.on_shutdown, OnShutdown::kDestroy);
+  EXPECT_FALSE(c.Set("on-shutdown", "later"));
+  EXPECT_FALSE(c.Set("nope", "1"));
+}
+
+// The value of the sample line that starts with `series` (-1 when absent).
+double Sample(const std::string& text, const std::string& series) {
+  size_t at = text.find("\n" + series + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + series.size() + 2));
+}
+
+TEST(MetricsTest, CountsAndCumulativeBuckets) {
+  Metrics m;
+  using std::chrono::milliseconds;
+  m.Observe(Metrics::Op::kCreate, true, milliseconds(3));    // le 0.005
+  m.Observe(Metrics::Op::kCreate, true, milliseconds(40));   // le 0.05
+  m.Observe(Metrics::Op::kCreate, true, milliseconds(120000));  // only +Inf
+  m.Observe(Metrics::Op::kExec, false, milliseconds(1));
+  m.CountReply(201, "");
+  m.CountReply(404, "not_found");
+  m.CountReply(404, "not_found");
+  m.SetRecovery(2, 1, 0, 3);
+  const std::string t = m.Render({{"running", 4}, {"paused", 1}}, 7);
+
+  EXPECT_EQ(Sample(t, R"(airlock_sandboxes{state="running"})"), 4);
+  EXPECT_EQ(Sample(t, R"(airlock_sandboxes{state="paused"})"), 1);
+  EXPECT_EQ(Sample(t, R"(airlock_operations_total{op="create",result="ok"})"), 3);
+  EXPECT_EQ(Sample(t, R"(airlock_operations_total{op="exec",result="error"})"), 1);
+  const std::string b = R"(airlock_operation_seconds_bucket{op="create",result="ok",le=")";
+  EXPECT_EQ(Sample(t, b + "0.001\"}"), 0);
+  EXPECT_EQ(Sample(t, b + "0.005\"}"), 1);
+  EXPECT_EQ(Sample(t, b + "0.05\"}"), 2);
+  EXPECT_EQ(Sample(t, b + "60\"}"), 2);
+  EXPECT_EQ(Sample(t, b + "+Inf\"}"), 3);
+  EXPECT_EQ(Sample(t, R"(airlock_operation_seconds_count{op="create",result="ok"})"), 3);
+  EXPECT_NEAR(Sample(t, R"(airlock_operation_seconds_sum{op="create",result="ok"})"), 120.043,
+              1e-6);
+  EXPECT_EQ(Sample(t, R"(airlock_http_responses_total{status="404"})"), 2);
+  EXPECT_EQ(Sample(t, R"(airlock_api_errors_total{code="not_found"})"), 2);
+  EXPECT_EQ(Sample(t, "airlock_ttl_expired_total"), 7);
+  EXPECT_EQ(Sample(t, R"(airlock_recovery_sandboxes{outcome="orphan_removed"})"), 3);
+  // Each metric family is declared once, before its samples.
+  EXPECT_EQ(t.find("# TYPE airlock_operation_seconds histogram"),
+            t.rfind("# TYPE airlock_operation_seconds histogram"));
+}
+
+}  // namespace
