@@ -1,0 +1,170 @@
+// docs/api/openapi.yaml is the API's contract. This test reads it and drives a real airlockd
+// through every documented operation: each must be served, answer a status the spec lists for
+// it, and (for JSON answers with a schema) carry every field the schema requires. Routes the
+// daemon serves but the spec lacks fail too, since the test's table must name every operation.
+
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "support/airlockd.h"
+
+namespace {
+
+using namespace airlock::testing;
+
+struct Operation {
+  std::set<int> statuses;
+  std::map<int, std::string> schema;  // status -> components/schemas name of its JSON body
+};
+
+struct Spec {
+  std::map<std::string, Operation> operations;              // "GET /v1/sandboxes/{id}"
+  std::map<std::string, std::vector<std::string>> required;  // schema -> required fields
+};
+
+int Indent(const std::string& line) {
+  return static_cast<int>(line.find_first_not_of(' '));
+}
+
+// A line-oriented reader for the subset of YAML the spec uses (block mappings, two-space
+// indents): enough to find paths, methods, response codes, schema refs and required lists.
+Spec ReadSpec(const std::string& path) {
+  Spec spec;
+  std::ifstream in(path);
+  std::string line, section, route, method, schema;
+  int status = 0;
+  bool in_required = false, in_schemas = false;
+  const std::regex ref(R"re(\$ref: "#/components/schemas/(\w+)")re");
+  const std::regex inline_list(R"(required: \[(.*)\])");
+  while (std::getline(in, line)) {
+    if (line.empty() || line.find_first_not_of(' ') == std::string::npos) continue;
+    const int indent = Indent(line);
+    const std::string text = line.substr(static_cast<size_t>(indent));
+    if (indent == 0) {
+      section = text;
+      continue;
+    }
+    if (section == "paths:") {
+      if (indent == 2) {
+        route = text.substr(0, text.size() - 1);
+        method.clear();
+      } else if (indent == 4) {
+        static const std::set<std::string> kMethods = {"get:", "put:", "post:", "patch:",
+                                                       "delete:"};
+        method = kMethods.contains(text) ? text.substr(0, text.size() - 1) : "";
+        for (char& c : method) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      } else if (!method.empty() && indent == 8 && text.size() == 6 && text[0] == '"') {
+        status = std::stoi(text.substr(1, 3));
+        spec.operations[method + " " + route].statuses.insert(status);
+      } else if (!method.empty() && indent == 16) {  // content: type: schema: $ref
+        std::smatch m;
+        if (std::regex_search(text, m, ref)) {
+          spec.operations[method + " " + route].schema[status] = m[1];
+        }
+      }
+    } else if (section == "components:") {
+      if (indent == 2) {
+        in_schemas = text == "schemas:";
+        schema.clear();
+      } else if (in_schemas && indent == 4) {
+        schema = text.substr(0, text.size() - 1);
+        in_required = false;
+      } else if (in_schemas && indent == 6) {
+        in_required = text == "required:";
+        std::smatch m;
+        if (std::regex_match(text, m, inline_list)) {
+          std::stringstream items(m[1]);
+          for (std::string item; std::getline(items, item, ',');) {
+            spec.required[schema].push_back(item.substr(item.find_first_not_of(' ')));
+          }
+        }
+      } else if (in_schemas && indent == 8 && in_required && text.starts_with("- ")) {
+        spec.required[schema].push_back(text.substr(2));
+      }
+    }
+  }
+  return spec;
+}
+
+TEST_F(DaemonTest, EveryDocumentedOperationAnswersAsDocumented) {
+  const Spec spec = ReadSpec(AIRLOCK_OPENAPI_PATH);
+  ASSERT_GE(spec.operations.size(), 15u) << "the spec reader found too little";
+  ASSERT_TRUE(spec.required.contains("Sandbox"));
+  ASSERT_TRUE(spec.required.contains("ExecResult"));
+  // The reader must see the response schemas, or the field checks below check nothing.
+  ASSERT_EQ(spec.operations.at("POST /v1/sandboxes").schema.at(201), "Sandbox");
+  ASSERT_EQ(spec.operations.at("POST /v1/sandboxes/{id}/exec").schema.at(200), "ExecResult");
+  ASSERT_EQ(spec.operations.at("GET /v1/sandboxes/{id}/files/list").schema.at(200), "FileList");
+
+  const std::string id = CreateSandbox();
+  const std::string doomed = CreateSandbox();
+  ASSERT_FALSE(id.empty());
+  ASSERT_FALSE(doomed.empty());
+  const std::string s = "/v1/sandboxes/" + id;
+  std::string tar;  // from the tar download, for the upload
+
+  struct Call {
+    std::string op;  // as in the spec
+    http::verb verb;
+    std::string target;
+    std::string body;
+  };
+  // In an order that works: each call leaves the sandbox ready for the next.
+  const std::vector<Call> calls = {
+      {"GET /healthz", http::verb::get, "/healthz", ""},
+      {"GET /v1/sandboxes", http::verb::get, "/v1/sandboxes", ""},
+      {"POST /v1/sandboxes", http::verb::post, "/v1/sandboxes", R"({"ttl_seconds": 60})"},
+      {"GET /v1/sandboxes/{id}", http::verb::get, s, ""},
+      {"PATCH /v1/sandboxes/{id}", http::verb::patch, s, R"({"metadata": {"a": "b"}})"},
+      {"POST /v1/sandboxes/{id}/exec", http::verb::post, s + "/exec", R"({"cmd": "echo hi"})"},
+      {"PUT /v1/sandboxes/{id}/files", http::verb::put, s + "/files?path=/tmp/t/f&parents=true",
+       "bytes"},
+      {"GET /v1/sandboxes/{id}/files", http::verb::get, s + "/files?path=/tmp/t/f", ""},
+      {"GET /v1/sandboxes/{id}/files/list", http::verb::get, s + "/files/list?path=/tmp", ""},
+      {"POST /v1/sandboxes/{id}/files/mkdir", http::verb::post, s + "/files/mkdir?path=/tmp/d",
+       ""},
+      {"GET /v1/sandboxes/{id}/files/tar", http::verb::get, s + "/files/tar?path=/tmp/t", ""},
+      {"PUT /v1/sandboxes/{id}/files/tar", http::verb::put, s + "/files/tar?path=/tmp/u", ""},
+      {"DELETE /v1/sandboxes/{id}/files", http::verb::delete_, s + "/files?path=/tmp/t/f", ""},
+      {"POST /v1/sandboxes/{id}/pause", http::verb::post, s + "/pause", ""},
+      {"POST /v1/sandboxes/{id}/resume", http::verb::post, s + "/resume", ""},
+      {"GET /metrics", http::verb::get, "/metrics", ""},
+      {"DELETE /v1/sandboxes/{id}", http::verb::delete_, "/v1/sandboxes/" + doomed, ""},
+  };
+  std::set<std::string> covered;
+  for (const Call& c : calls) {
+    SCOPED_TRACE(c.op);
+    covered.insert(c.op);
+    auto it = spec.operations.find(c.op);
+    ASSERT_NE(it, spec.operations.end()) << "the daemon serves " << c.op << ", the spec lacks it";
+    const std::string body = c.op == "PUT /v1/sandboxes/{id}/files/tar" ? tar : c.body;
+    Reply r = daemon_->Call(c.verb, c.target, body);
+    EXPECT_LT(r.status, 300) << r.body.substr(0, 300);
+    EXPECT_TRUE(it->second.statuses.contains(r.status))
+        << "answered " << r.status << ", which the spec does not list";
+    if (c.op == "GET /v1/sandboxes/{id}/files/tar") tar = r.body;
+    auto schema = it->second.schema.find(r.status);
+    if (schema == it->second.schema.end()) continue;
+    const json doc = r.Json();
+    ASSERT_TRUE(doc.is_object()) << r.body.substr(0, 300);
+    auto required = spec.required.find(schema->second);
+    ASSERT_NE(required, spec.required.end()) << "no required list for " << schema->second;
+    for (const std::string& field : required->second) {
+      EXPECT_TRUE(doc.contains(field)) << schema->second << " lacks " << field << ": " << r.body;
+    }
+  }
+  for (const auto& [op, _] : spec.operations) {
+    EXPECT_TRUE(covered.contains(op)) << "the spec documents " << op << ", which no call tested";
+  }
+  // An error answer has the documented shape.
+  Reply missing = daemon_->Call(http::verb::get, "/v1/sandboxes/sbx-aaaaaaaaaaaaaaaa");
+  EXPECT_TRUE(spec.operations.at("GET /v1/sandboxes/{id}").statuses.contains(missing.status));
+  for (const std::string& field : spec.required.at("ErrorBody")) {
+    EXPECT_TRUE(missing.Json().contains(field)) << missing.body;
+  }
+}
+
+}  // namespace
