@@ -270,17 +270,19 @@ Result<SandboxRecord> Controller::Create(const api::CreateSandboxRequest& reques
                                                   "airlockd " AIRLOCK_BUILD_ID);
   if (!client) return destroy_and_fail(client.error().Wrap("connecting to the agent"));
   const runtime::SandboxInfo& info = (*sandbox)->info();
-  if (auto st = store_.SetRuntimeInfo(id, info.init_pid, info.resources); !st) {
-    return destroy_and_fail(std::move(st.error()));
-  }
   auto live = std::make_shared<Live>();
   live->idle.push_back(std::move(*client));
   {
     std::lock_guard lock(mu_);
     live_[id] = live;
   }
+  // One commit records what the engine made (for recovery) and the running state. A crash
+  // before it leaves the record creating, which the next start destroys by id.
   const SandboxState from[] = {SandboxState::kCreating};
-  auto running = store_.Transition(id, from, SandboxState::kRunning);
+  auto running = store_.Transition(id, from, SandboxState::kRunning, [&](SandboxRecord& r) {
+    r.init_pid = info.init_pid;
+    r.resources = info.resources;
+  });
   if (!running) return destroy_and_fail(std::move(running.error()));
   spdlog::info("created {} (agent pid {} on the host)", id, info.init_pid);
   return running;
@@ -490,10 +492,15 @@ Result<protocol::FileInfo> Controller::WriteFile(const std::string& id,
   if (auto st = (*channel)->WriteFile(path, data, query.mode.value_or(0644), query.parents); !st) {
     return std::unexpected(Explain(id, std::move(st.error())));
   }
-  auto info = (*channel)->Stat(path);
+  return Describe(id, *channel, path);
+}
+
+Result<protocol::FileInfo> Controller::Describe(const std::string& id, Channel& channel,
+                                                const std::string& path) {
+  auto info = channel->Stat(path);
   if (!info) return std::unexpected(Explain(id, std::move(info.error())));
-  info->name = BaseName(path);
-  channel->Keep();
+  info->name = BaseName(path);  // as a listing names it
+  channel.Keep();
   return info;
 }
 
@@ -526,11 +533,7 @@ Result<protocol::FileInfo> Controller::MakeDirectory(const std::string& id,
   if (auto st = (*channel)->Mkdir(path, query.mode.value_or(0755), query.parents); !st) {
     return std::unexpected(Explain(id, std::move(st.error())));
   }
-  auto info = (*channel)->Stat(path);
-  if (!info) return std::unexpected(Explain(id, std::move(info.error())));
-  info->name = BaseName(path);
-  channel->Keep();
-  return info;
+  return Describe(id, *channel, path);
 }
 
 Result<std::string> Controller::ReadTar(const std::string& id, const api::FileQuery& query) {

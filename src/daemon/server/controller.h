@@ -117,6 +117,10 @@ class Controller {
   // Recovery of one record; counts into `report`.
   void RecoverOne(const store::SandboxRecord& record, RecoveryReport& report);
   std::string Resolve(const std::string& path) const;
+  // The entry for `path` (after a write or mkdir), named as a listing names it; gives the
+  // channel back.
+  Result<protocol::FileInfo> Describe(const std::string& id, Channel& channel,
+                                      const std::string& path);
 
   store::Store& store_;
   runtime::Runtime& runtime_;

@@ -84,46 +84,55 @@ Result<std::string> ReadLine(int fd, std::chrono::milliseconds timeout) {
 // so that a long state dir cannot overflow sun_path.
 constexpr const char* kAgentSocket = "agent.sock";
 
-Result<sockaddr_un> AgentAddress(int dir_fd) {
+// A fresh socket and the address of `dir`/agent.sock, reached through `dir_fd` (kept open
+// while the address is used).
+struct AgentSocket {
+  UniqueFd dir_fd;
+  UniqueFd fd;
   sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  const std::string path = "/proc/self/fd/" + std::to_string(dir_fd) + "/" + kAgentSocket;
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  return addr;
+};
+
+Result<AgentSocket> OpenAgentSocket(const std::string& dir) {
+  AgentSocket s;
+  auto dir_fd = OpenFile(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (!dir_fd) return std::unexpected(dir_fd.error());
+  s.dir_fd = std::move(*dir_fd);
+  s.addr.sun_family = AF_UNIX;
+  const std::string path = "/proc/self/fd/" + std::to_string(s.dir_fd.get()) + "/" + kAgentSocket;
+  std::memcpy(s.addr.sun_path, path.c_str(), path.size() + 1);
+  s.fd = UniqueFd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!s.fd) return FailErrno("socket", errno);
+  return s;
 }
 
 // A listening socket at `dir`/agent.sock, mode 0600 (root on the host only).
 Result<UniqueFd> ListenAgentSocket(const std::string& dir) {
-  auto dir_fd = OpenFile(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-  if (!dir_fd) return std::unexpected(dir_fd.error());
-  auto addr = AgentAddress(dir_fd->get());
-  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd) return FailErrno("socket", errno);
-  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&*addr), sizeof *addr) < 0) {
+  auto s = OpenAgentSocket(dir);
+  if (!s) return std::unexpected(s.error());
+  if (::bind(s->fd.get(), reinterpret_cast<const sockaddr*>(&s->addr), sizeof s->addr) < 0) {
     return FailErrno("binding " + dir + "/" + kAgentSocket, errno);
   }
-  if (::fchmodat(dir_fd->get(), kAgentSocket, 0600, 0) < 0) {
+  if (::fchmodat(s->dir_fd.get(), kAgentSocket, 0600, 0) < 0) {
     return FailErrno("chmod " + dir + "/" + kAgentSocket, errno);
   }
-  if (::listen(fd.get(), 128) < 0) return FailErrno("listen", errno);
-  return fd;
+  if (::listen(s->fd.get(), 128) < 0) return FailErrno("listen", errno);
+  return std::move(s->fd);
 }
 
 Result<UniqueFd> ConnectAgentSocket(const std::string& dir) {
-  auto dir_fd = OpenFile(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-  if (!dir_fd) return std::unexpected(dir_fd.error());
-  auto addr = AgentAddress(dir_fd->get());
-  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd) return FailErrno("socket", errno);
+  auto s = OpenAgentSocket(dir);
+  if (!s) return std::unexpected(s.error());
   if (RetryEintr([&] {
-        return ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&*addr), sizeof *addr);
+        return ::connect(s->fd.get(), reinterpret_cast<const sockaddr*>(&s->addr), sizeof s->addr);
       }) < 0) {
     const int err = errno;
     Error e = ErrnoError("connecting to the agent at " + dir + "/" + kAgentSocket, err);
-    if (err == ENOENT || err == ECONNREFUSED) e = Error(ErrorCode::kUnavailable, e.message(), err);
+    if (e.sys_errno() == ENOENT || e.sys_errno() == ECONNREFUSED) {
+      e = Error(ErrorCode::kUnavailable, e.message(), e.sys_errno());
+    }
     return std::unexpected(std::move(e));
   }
-  return fd;
+  return std::move(s->fd);
 }
 
 // Waits (bounded) for a child of ours to be gone; a pid that is not our child is not waited for.
