@@ -169,15 +169,17 @@ inline void KillAndReapChildren() {
 // or, with kListen, started with `args` alone (which then say where it listens).
 class AgentProcess {
  public:
-  enum Mode { kChannel, kListen };
-  // `env` is the agent's whole environment (sanitizer options are passed through).
+  enum Mode { kChannel, kListen, kListenFd };
+  // `env` is the agent's whole environment (sanitizer options are passed through). kListenFd
+  // hands `listen_fd` to the agent as its fd 3 with --listen-fd 3.
   AgentProcess(const std::vector<std::string>& args, std::vector<std::string> env,
-               Mode mode = kChannel) {
+               Mode mode = kChannel, int listen_fd = -1) {
     for (const char* keep : {"ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"}) {
       if (const char* v = std::getenv(keep)) env.push_back(std::string(keep) + "=" + v);
     }
     std::vector<std::string> argv = {AIRLOCK_AGENT_PATH};
     if (mode == kChannel) argv.insert(argv.end(), {"--fd", "3"});
+    if (mode == kListenFd) argv.insert(argv.end(), {"--listen-fd", "3"});
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<char*> cargv, cenv;
     for (auto& a : argv) cargv.push_back(a.data());
@@ -198,6 +200,9 @@ class AgentProcess {
       ::sigprocmask(SIG_SETMASK, &none, nullptr);
       if (mode == kListen) {
         // No channel to inherit.
+      } else if (mode == kListenFd) {
+        // dup2 clears close-on-exec, except onto itself.
+        if (listen_fd == 3 ? ::fcntl(3, F_SETFD, 0) < 0 : ::dup2(listen_fd, 3) < 0) _exit(126);
       } else if (theirs.get() == 3) {
         ::fcntl(3, F_SETFD, 0);
       } else if (::dup2(theirs.get(), 3) < 0) {

@@ -996,5 +996,44 @@ TEST(AgentListenTest, ServesSeveralChannelsUntilSigterm) {
   EXPECT_FALSE(fs::exists(socket)) << "the socket was left behind";
 }
 
+TEST(AgentListenTest, InheritedListeningSocketServesChannelsAndIsNotUnlinked) {
+  ::signal(SIGPIPE, SIG_IGN);
+  TempDir dir;
+  const std::string socket = dir.Sub("agent.sock");
+  // Bound by "the daemon", as the jail does, then handed over.
+  UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", socket.c_str());
+  ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(listener.get(), 16), 0);
+  AgentProcess agent({"--root", dir.path(), "--log-level", "warn"}, {"HOME=/"},
+                     AgentProcess::kListenFd, listener.get());
+  listener.Reset();
+  auto a = ConnectUnix(socket);
+  auto b = ConnectUnix(socket);
+  ASSERT_TRUE(a && b);
+  auto ra = a->Exec(ShellExec("echo a"));
+  auto rb = b->Exec(ShellExec("echo b"));
+  ASSERT_TRUE(ra && rb);
+  EXPECT_EQ(ra->stdout_data, "a\n");
+  EXPECT_EQ(rb->stdout_data, "b\n");
+  ASSERT_EQ(::kill(agent.pid(), SIGTERM), 0);
+  auto status = agent.WaitExit(10s);
+  ASSERT_TRUE(status);
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "wait status " << *status;
+  EXPECT_TRUE(fs::exists(socket)) << "the agent removed a socket it did not bind";
+}
+
+TEST(AgentListenTest, ListenFdThatIsNotListeningIsRefused) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  UniqueFd one(sv[0]), two(sv[1]);
+  AgentProcess agent({"--log-level", "warn"}, {"HOME=/"}, AgentProcess::kListenFd, one.get());
+  auto status = agent.WaitExit(10s);
+  ASSERT_TRUE(status) << "the agent served a socket that is not listening";
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) != 0) << "wait status " << *status;
+}
+
 }  // namespace
 }  // namespace airlock::agent::test
