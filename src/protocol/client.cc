@@ -145,6 +145,30 @@ Result<ExecResult> BlockingClient::Exec(const protocol::Exec& request,
   return std::move(all->at(*stream));
 }
 
+Result<Message> BlockingClient::NextFor(uint32_t stream,
+                                        std::optional<std::chrono::milliseconds> wait) {
+  if (auto it = parked_.find(stream); it != parked_.end() && !it->second.empty()) {
+    Message msg = std::move(it->second.front());
+    it->second.erase(it->second.begin());
+    if (it->second.empty()) parked_.erase(it);
+    return msg;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + wait.value_or(receive_timeout_);
+  while (true) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    auto got = Receive(std::max(left, std::chrono::milliseconds(0)));
+    if (!got) return std::unexpected(got.error());
+    auto& [from, msg] = *got;
+    if (from == stream) return std::move(msg);
+    if (from == 0) {
+      if (std::holds_alternative<ErrorMsg>(msg)) return std::unexpected(StreamError(msg));
+      continue;
+    }
+    parked_[from].push_back(std::move(msg));
+  }
+}
+
 Result<std::map<uint32_t, Result<ExecResult>>> BlockingClient::WaitAll(
     const std::vector<uint32_t>& streams) {
   std::map<uint32_t, ExecResult> pending;

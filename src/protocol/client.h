@@ -47,6 +47,11 @@ class BlockingClient {
   // Starts commands without waiting; WaitAll collects them, keyed by stream id.
   Result<uint32_t> StartExec(const protocol::Exec& request);
   Result<std::map<uint32_t, Result<ExecResult>>> WaitAll(const std::vector<uint32_t>& streams);
+  // The next frame for `stream` (started / output / exited / error), as it arrives; frames of
+  // other streams read meanwhile are kept for their own callers. For streaming a command.
+  // kDeadlineExceeded after `wait` (default: the receive timeout) without one.
+  Result<Message> NextFor(uint32_t stream,
+                          std::optional<std::chrono::milliseconds> wait = std::nullopt);
 
   Status WriteFile(const std::string& path, std::string_view data, uint32_t mode = 0644,
                    bool create_parents = false);

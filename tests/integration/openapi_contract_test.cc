@@ -36,7 +36,7 @@ Spec ReadSpec(const std::string& path) {
   std::ifstream in(path);
   std::string line, section, route, method, schema;
   int status = 0;
-  bool in_required = false, in_schemas = false;
+  bool in_required = false, in_schemas = false, json_content = false;
   const std::regex ref(R"re(\$ref: "#/components/schemas/(\w+)")re");
   const std::regex inline_list(R"(required: \[(.*)\])");
   while (std::getline(in, line)) {
@@ -59,7 +59,9 @@ Spec ReadSpec(const std::string& path) {
       } else if (!method.empty() && indent == 8 && text.size() == 6 && text[0] == '"') {
         status = std::stoi(text.substr(1, 3));
         spec.operations[method + " " + route].statuses.insert(status);
-      } else if (!method.empty() && indent == 16) {  // content: type: schema: $ref
+      } else if (!method.empty() && indent == 12) {  // content: <media type>:
+        json_content = text == "application/json:";
+      } else if (!method.empty() && indent == 16 && json_content) {  // schema: $ref
         std::smatch m;
         if (std::regex_search(text, m, ref)) {
           spec.operations[method + " " + route].schema[status] = m[1];

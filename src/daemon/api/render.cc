@@ -82,8 +82,9 @@ std::string RenderSandboxList(std::span<const SandboxView> sandboxes) {
   return Dump(json{{"sandboxes", std::move(list)}});
 }
 
-std::string RenderExecResult(const ExecResultView& r) {
-  json doc = {
+namespace {
+json ExitFields(const ExecResultView& r) {
+  return {
       {"exit_code", r.signal != 0 ? json(nullptr) : json(r.exit_code)},
       {"signal", r.signal != 0 ? json(r.signal) : json(nullptr)},
       {"duration_ms", r.duration_ms},
@@ -91,6 +92,39 @@ std::string RenderExecResult(const ExecResultView& r) {
       {"oom_killed", r.oom_killed},
       {"truncated", r.truncated},
   };
+}
+
+std::string EventLine(json doc, std::string_view type, std::chrono::system_clock::time_point t) {
+  doc["type"] = type;
+  doc["time"] = FormatTimestamp(t);
+  return Dump(doc) + "\n";
+}
+}  // namespace
+
+std::string RenderStartEvent(int32_t pid, std::chrono::system_clock::time_point time) {
+  return EventLine({{"pid", pid}}, "start", time);
+}
+
+std::string RenderOutputEvent(bool is_stdout, const std::string& bytes,
+                              std::chrono::system_clock::time_point time) {
+  json doc = json::object();
+  PutBytes(doc, "data", bytes);
+  return EventLine(std::move(doc), is_stdout ? "stdout" : "stderr", time);
+}
+
+std::string RenderExitEvent(const ExecResultView& result,
+                            std::chrono::system_clock::time_point time) {
+  return EventLine(ExitFields(result), "exit", time);
+}
+
+std::string RenderErrorEvent(const Error& error, std::chrono::system_clock::time_point time) {
+  json doc = {{"error",
+               {{"code", std::string(ErrorCodeName(error.code()))}, {"message", error.message()}}}};
+  return EventLine(std::move(doc), "error", time);
+}
+
+std::string RenderExecResult(const ExecResultView& r) {
+  json doc = ExitFields(r);
   PutBytes(doc, "stdout", r.stdout_bytes);
   PutBytes(doc, "stderr", r.stderr_bytes);
   return Dump(doc);

@@ -51,6 +51,18 @@ struct ExecResultView {
 // base64 of the bytes ("stdout_encoding": "base64"); the same for stderr.
 std::string RenderExecResult(const ExecResultView& result);
 
+// Streaming exec ("stream": true): one JSON object per line, each with "type" and "time".
+//   {"type": "start", "pid"}                                 the command started (pid inside)
+//   {"type": "stdout" | "stderr", "data", "data_encoding"}   output as it comes
+//   {"type": "exit", exit_code, signal, duration_ms, timed_out, oom_killed, truncated}  last
+//   {"type": "error", "error": {"code", "message"}}          last, when the command failed to run
+std::string RenderStartEvent(int32_t pid, std::chrono::system_clock::time_point time);
+std::string RenderOutputEvent(bool is_stdout, const std::string& bytes,
+                              std::chrono::system_clock::time_point time);
+std::string RenderExitEvent(const ExecResultView& result,
+                            std::chrono::system_clock::time_point time);
+std::string RenderErrorEvent(const Error& error, std::chrono::system_clock::time_point time);
+
 struct FileEntryView {
   std::string name;
   std::string type;  // "file", "directory", "symlink", "other"

@@ -293,7 +293,8 @@ Result<ExecRequest> ExecRequest::FromJson(std::string_view body) {
   AIRLOCK_TRY_ASSIGN(doc, ParseJsonObject(body));
   AIRLOCK_TRY(RejectUnknownFields(
       doc, "request body",
-      {"cmd", "argv", "cwd", "env", "stdin", "stdin_encoding", "timeout_seconds", "user"}));
+      {"cmd", "argv", "cwd", "env", "stdin", "stdin_encoding", "timeout_seconds", "user",
+       "stream"}));
   ExecRequest req;
   const bool has_cmd = doc.contains("cmd");
   const bool has_argv = doc.contains("argv");
@@ -360,6 +361,10 @@ Result<ExecRequest> ExecRequest::FromJson(std::string_view body) {
   if (doc.contains("user")) {
     AIRLOCK_TRY_ASSIGN(req.user, GetString(doc["user"], "user", kMaxUserBytes, false));
     AIRLOCK_TRY(ValidateUser(req.user));
+  }
+  if (doc.contains("stream")) {
+    if (!doc["stream"].is_boolean()) return Invalid("stream must be true or false");
+    req.stream = doc["stream"].get<bool>();
   }
   return req;
 }

@@ -101,6 +101,7 @@ struct ExecRequest {
   std::string stdin_data;         // JSON "stdin"; decoded when "stdin_encoding" is "base64"
   double timeout_seconds = kDefaultTimeoutSeconds;
   std::string user;  // a user name or a numeric uid; empty: the sandbox's default user
+  bool stream = false;  // answer with NDJSON events as they happen (render.h)
 
   bool is_shell() const { return !cmd.empty(); }
   [[nodiscard]] static Result<ExecRequest> FromJson(std::string_view body);

@@ -429,6 +429,29 @@ Error Controller::Explain(const std::string& id, Error error) {
   return error;
 }
 
+api::ExecResultView ToResultView(protocol::ExecResult result) {
+  api::ExecResultView view;
+  view.exit_code = result.exit.exit_code;
+  view.signal = result.exit.term_signal;
+  view.stdout_bytes = std::move(result.stdout_data);
+  view.stderr_bytes = std::move(result.stderr_data);
+  view.duration_ms = result.exit.duration_us / 1000;
+  view.timed_out = result.exit.timed_out;
+  view.oom_killed = result.exit.oom_killed;
+  view.truncated = result.exit.truncated;
+  return view;
+}
+
+Error Controller::ExecError(const std::string& id, Error error) {
+  error = Explain(id, std::move(error).Wrap("exec in " + id));
+  // The agent's "not found" / "permission denied" are about the command, its cwd or its
+  // user, not the sandbox: the caller must change the request (400), not look for the id.
+  if (error.code() == ErrorCode::kNotFound || error.code() == ErrorCode::kPermissionDenied) {
+    return Error(ErrorCode::kInvalidArgument, error.message());
+  }
+  return error;
+}
+
 Result<protocol::ExecResult> Controller::Exec(const std::string& id,
                                               const api::ExecRequest& request) {
   auto channel = Acquire(id);
@@ -439,17 +462,87 @@ Result<protocol::ExecResult> Controller::Exec(const std::string& id,
   (*channel)->set_receive_timeout(std::chrono::milliseconds(exec.timeout_ms) +
                                   std::chrono::seconds(30));
   auto result = (*channel)->Exec(exec, request.stdin_data);
-  if (!result) {
-    Error error = Explain(id, std::move(result.error()).Wrap("exec in " + id));
-    // The agent's "not found" / "permission denied" are about the command, its cwd or its
-    // user, not the sandbox: the caller must change the request (400), not look for the id.
-    if (error.code() == ErrorCode::kNotFound || error.code() == ErrorCode::kPermissionDenied) {
-      return Fail(ErrorCode::kInvalidArgument, error.message());
-    }
-    return std::unexpected(std::move(error));
-  }
+  if (!result) return std::unexpected(ExecError(id, std::move(result.error())));
   channel->Keep();
   return result;
+}
+
+class Controller::StreamingExec : public ExecStream {
+ public:
+  StreamingExec(Controller& controller, std::string id, Channel channel, uint32_t stream,
+                std::chrono::milliseconds silence_limit)
+      : controller_(controller),
+        id_(std::move(id)),
+        channel_(std::move(channel)),
+        stream_(stream),
+        silence_limit_(silence_limit) {}
+
+  std::optional<std::string> Next() override {
+    while (!done_) {
+      // Waits a second at a time, so that the server can check on its client between waits
+      // (an empty piece sends nothing).
+      auto msg = channel_->NextFor(stream_, std::chrono::seconds(1));
+      const auto now = std::chrono::system_clock::now();  // when the event reached the daemon
+      if (!msg && msg.error().code() == ErrorCode::kDeadlineExceeded) {
+        silent_ += std::chrono::seconds(1);
+        if (silent_ < silence_limit_) return std::string();
+      }
+      if (!msg) {
+        done_ = true;
+        return api::RenderErrorEvent(controller_.ExecError(id_, std::move(msg.error())), now);
+      }
+      silent_ = {};
+      if (auto* started = std::get_if<protocol::Started>(&*msg)) {
+        return api::RenderStartEvent(started->pid, now);
+      }
+      if (auto* out = std::get_if<protocol::Output>(&*msg)) {
+        return api::RenderOutputEvent(out->fd == protocol::OutputFd::kStdout, out->data, now);
+      }
+      if (auto* exited = std::get_if<protocol::Exited>(&*msg)) {
+        done_ = true;
+        channel_.Keep();
+        return api::RenderExitEvent(ToResultView({.exit = *exited}), now);
+      }
+      if (auto* error = std::get_if<protocol::ErrorMsg>(&*msg)) {
+        done_ = true;
+        Error e(error->code, error->message, error->sys_errno);
+        return api::RenderErrorEvent(controller_.ExecError(id_, std::move(e)), now);
+      }
+    }
+    return std::nullopt;
+  }
+
+ private:
+  Controller& controller_;
+  std::string id_;
+  Channel channel_;
+  uint32_t stream_;
+  // The agent ends the command at its timeout; a channel silent for longer than that (plus a
+  // margin) is broken.
+  std::chrono::milliseconds silence_limit_;
+  std::chrono::milliseconds silent_{0};
+  bool done_ = false;
+};
+
+Result<std::unique_ptr<ExecStream>> Controller::StartExec(const std::string& id,
+                                                          const api::ExecRequest& request) {
+  auto channel = Acquire(id);
+  if (!channel) return std::unexpected(channel.error());
+  protocol::Exec exec = ToProtocolExec(request);
+  const auto silence_limit = std::chrono::milliseconds(exec.timeout_ms) + std::chrono::seconds(30);
+  auto stream = (*channel)->StartExec(exec);
+  if (!stream) return std::unexpected(ExecError(id, std::move(stream.error())));
+  if (exec.stdin_mode == protocol::StdinMode::kPipe) {
+    const std::string_view in = request.stdin_data;
+    for (size_t off = 0; off < in.size(); off += protocol::kMaxChunk) {
+      auto st = (*channel)->Send(*stream, protocol::StdinData{std::string(in.substr(off, protocol::kMaxChunk))});
+      if (!st) return std::unexpected(ExecError(id, std::move(st.error())));
+    }
+    if (auto st = (*channel)->Send(*stream, protocol::StdinClose{}); !st) {
+      return std::unexpected(ExecError(id, std::move(st.error())));
+    }
+  }
+  return std::make_unique<StreamingExec>(*this, id, std::move(*channel), *stream, silence_limit);
 }
 
 std::string Controller::Resolve(const std::string& path) const {

@@ -18,12 +18,26 @@
 #include <vector>
 
 #include "common/error.h"
+#include "daemon/api/render.h"
 #include "daemon/api/types.h"
 #include "daemon/store/store.h"
 #include "protocol/client.h"
 #include "runtime/runtime.h"
 
 namespace airlock::daemon {
+
+// A command whose events are read as they happen (streaming exec). Next() blocks (call it on
+// the worker pool) until the next event; dropping the stream before the end closes its channel,
+// which ends the command.
+class ExecStream {
+ public:
+  virtual ~ExecStream() = default;
+  // The next event as one NDJSON line (api/render.h), or nullopt after the last one.
+  virtual std::optional<std::string> Next() = 0;
+};
+
+// The API's view of a finished command.
+api::ExecResultView ToResultView(protocol::ExecResult result);
 
 // What recovery did at start.
 struct RecoveryReport {
@@ -74,6 +88,10 @@ class Controller {
   // each on its own channel.
   [[nodiscard]] Result<protocol::ExecResult> Exec(const std::string& id,
                                                   const api::ExecRequest& request);
+  // Starts a command and returns its event stream (the first event is "start"). Errors before
+  // the command exists are returned like Exec's.
+  [[nodiscard]] Result<std::unique_ptr<ExecStream>> StartExec(const std::string& id,
+                                                              const api::ExecRequest& request);
 
   // Files, through the agent (confined to the sandbox's root). Paths that are not absolute are
   // taken from the default user's home directory.
@@ -104,6 +122,9 @@ class Controller {
   };
   // A channel on loan for one operation; given back with Keep() when it ended cleanly.
   class Channel;
+  class StreamingExec;
+  // Exec's and StartExec's mapping of an error of the agent about the command.
+  Error ExecError(const std::string& id, Error error);
 
   std::shared_ptr<Live> FindLive(const std::string& id);
   void Hold(const std::string& id);

@@ -1,5 +1,7 @@
 #include "daemon/server/http_server.h"
 
+#include <sys/socket.h>
+
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -8,6 +10,7 @@
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
@@ -147,13 +150,54 @@ struct HttpServer::Impl {
       auto handle = [&router, &request] { return router.Handle(request); };
       HttpReply reply = co_await OnPool(server.pool_, handle);
       const bool keep_alive = req.keep_alive() && !server.stopping_;
-      auto res = MakeResponse(std::move(reply), req.version(), keep_alive);
-      stream.expires_after(kWriteTimeout);
-      co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
+      if (reply.next_chunk) {
+        co_await Stream(server, stream, reply, req.version(), keep_alive, ec);
+      } else {
+        auto res = MakeResponse(std::move(reply), req.version(), keep_alive);
+        stream.expires_after(kWriteTimeout);
+        co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
+      }
       --server.in_flight_;
       if (ec || !keep_alive) break;
     }
     stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  }
+
+  // A chunked response: each piece the reply's producer returns (on the worker pool, where it
+  // may block) goes out as one chunk at once. The producer is not asked for the next piece
+  // until the client has taken this one, so a slow reader holds back the source, not memory.
+  // A write error ends the stream; the producer (and what it holds) is dropped with the reply.
+  static asio::awaitable<void> Stream(HttpServer& server, beast::tcp_stream& stream,
+                                      HttpReply& reply, unsigned version, bool keep_alive,
+                                      error_code& ec) {
+    http::response<http::empty_body> res{static_cast<http::status>(reply.status), version};
+    res.set(http::field::server, "airlockd");
+    res.set(http::field::content_type, reply.content_type);
+    res.keep_alive(keep_alive);
+    res.chunked(true);
+    http::response_serializer<http::empty_body> sr{res};
+    stream.expires_after(kWriteTimeout);
+    co_await http::async_write_header(stream, sr, asio::redirect_error(asio::use_awaitable, ec));
+    while (!ec) {
+      std::optional<std::string> piece = co_await OnPool(server.pool_, reply.next_chunk);
+      stream.expires_after(kWriteTimeout);
+      if (!piece) {
+        co_await asio::async_write(stream, http::make_chunk_last(),
+                                   asio::redirect_error(asio::use_awaitable, ec));
+        break;
+      }
+      if (piece->empty()) {
+        // Nothing to send yet: a client that has gone away is noticed here (end of file on a
+        // peek), not only at the next write, so its command does not run on unwatched.
+        char probe;
+        if (::recv(stream.socket().native_handle(), &probe, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
+          ec = asio::error::eof;
+        }
+        continue;
+      }
+      co_await asio::async_write(stream, http::make_chunk(asio::buffer(*piece)),
+                                 asio::redirect_error(asio::use_awaitable, ec));
+    }
   }
 
   static asio::awaitable<void> Accept(HttpServer& server) {

@@ -258,19 +258,20 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
     case Route::kExec: {
       auto exec = api::ExecRequest::FromJson(request.body);
       if (!exec) return FromError(exec.error());
+      if (exec->stream) {
+        auto started =
+            Timed(metrics_, Metrics::Op::kExec, [&] { return controller_.StartExec(id, *exec); });
+        if (!started) return FromError(started.error());
+        HttpReply reply{200, "", ""};
+        reply.content_type = "application/x-ndjson";
+        std::shared_ptr<ExecStream> stream = std::move(*started);
+        reply.next_chunk = [stream] { return stream->Next(); };
+        return reply;
+      }
       auto result =
           Timed(metrics_, Metrics::Op::kExec, [&] { return controller_.Exec(id, *exec); });
       if (!result) return FromError(result.error());
-      api::ExecResultView view;
-      view.exit_code = result->exit.exit_code;
-      view.signal = result->exit.term_signal;
-      view.stdout_bytes = std::move(result->stdout_data);
-      view.stderr_bytes = std::move(result->stderr_data);
-      view.duration_ms = result->exit.duration_us / 1000;
-      view.timed_out = result->exit.timed_out;
-      view.oom_killed = result->exit.oom_killed;
-      view.truncated = result->exit.truncated;
-      return {200, api::RenderExecResult(view), ""};
+      return {200, api::RenderExecResult(ToResultView(std::move(*result))), ""};
     }
     case Route::kFiles:
       break;

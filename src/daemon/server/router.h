@@ -3,6 +3,8 @@
 // nothing of sockets (http_server.cc does); it authenticates, validates with api/types.h, hands
 // the typed request to the Controller and renders the answer with api/render.h.
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -25,6 +27,9 @@ struct HttpReply {
   std::string allow;                              // the Allow header of a 405
   std::string content_type = "application/json";  // sent when the body is not empty
   std::string error_code;                         // an error's code name, for the metrics
+  // A streamed body: called on the worker pool until it returns nullopt; each piece is sent as
+  // one HTTP chunk as soon as it is returned. `body` is unused then.
+  std::function<std::optional<std::string>()> next_chunk;
 };
 
 // The largest request body `method` on `target` may carry (413 past it): file and tar uploads
