@@ -253,6 +253,8 @@ def extract_tar(data: bytes, local_dir: str) -> List[str]:
         for dest, linkname in links:
             if os.path.lexists(dest):
                 raise UnsafeArchive(f"tar symlink {dest!r} would replace an existing entry")
+            _no_symlink_parents(root, os.path.relpath(dest, root).replace(os.sep, "/"))
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
             os.symlink(linkname, dest)
         # Symlinks can combine (a link through another link, then ".."): check where each one
         # really resolves now that all exist, and undo them all if any leaves the target.
