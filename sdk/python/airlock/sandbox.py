@@ -222,14 +222,14 @@ class Sandbox:
     def set_ttl(self, seconds: int) -> "Sandbox":
         """The sandbox now expires `seconds` from now."""
         self._info = self._client.request(
-            "PATCH", self._path, json_body={"ttl_seconds": seconds}, idempotent=True
+            "PATCH", self._path, json_body={"ttl_seconds": seconds}
         ).json()
         return self
 
     def set_metadata(self, metadata: Mapping[str, Optional[str]]) -> "Sandbox":
         """Merges `metadata` into the sandbox's: a string sets a key, None removes it."""
         self._info = self._client.request(
-            "PATCH", self._path, json_body={"metadata": dict(metadata)}, idempotent=True
+            "PATCH", self._path, json_body={"metadata": dict(metadata)}
         ).json()
         return self
 
