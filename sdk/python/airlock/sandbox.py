@@ -1,0 +1,285 @@
+"""Sandboxes: create, connect, list, run commands, manage the lifecycle."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Type, Union
+
+from ._http import Client
+from .errors import AirlockError, SandboxNotFound
+from .files import Files
+
+# Seconds the client waits beyond a command's own timeout before giving up on the answer.
+_EXEC_GRACE_SECONDS = 30.0
+_SERVER_DEFAULT_EXEC_TIMEOUT = 300.0
+
+
+def _decode(value: Optional[str], encoding: Optional[str]) -> bytes:
+    if not value:
+        return b""
+    if encoding == "base64":
+        try:
+            return base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError) as e:
+            raise AirlockError(f"the daemon sent invalid base64 output: {e}") from e
+    return value.encode("utf-8")
+
+
+@dataclass
+class ExecResult:
+    """What a command did. `exit_code` is None when a signal ended it (then `signal` is set)."""
+
+    exit_code: Optional[int]
+    signal: Optional[int]
+    stdout_bytes: bytes
+    stderr_bytes: bytes
+    duration_ms: int
+    timed_out: bool
+    oom_killed: bool
+    truncated: bool
+    stdout: str = field(init=False)
+    stderr: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.stdout = self.stdout_bytes.decode("utf-8", errors="replace")
+        self.stderr = self.stderr_bytes.decode("utf-8", errors="replace")
+
+    @property
+    def ok(self) -> bool:
+        """The command exited with status 0."""
+        return self.exit_code == 0
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> "ExecResult":
+        return cls(
+            exit_code=body.get("exit_code"),
+            signal=body.get("signal"),
+            stdout_bytes=_decode(body.get("stdout"), body.get("stdout_encoding")),
+            stderr_bytes=_decode(body.get("stderr"), body.get("stderr_encoding")),
+            duration_ms=int(body.get("duration_ms", 0)),
+            timed_out=bool(body.get("timed_out", False)),
+            oom_killed=bool(body.get("oom_killed", False)),
+            truncated=bool(body.get("truncated", False)),
+        )
+
+
+class Sandbox:
+    """One sandbox on an airlockd. Use as a context manager to destroy it on leaving:
+
+        with Sandbox.create(template="base", ttl_seconds=600) as sbx:
+            print(sbx.exec("echo hi").stdout)
+    """
+
+    def __init__(self, client: Client, info: Mapping[str, Any]):
+        self._client = client
+        self._info: Dict[str, Any] = dict(info)
+        self._id: str = str(info["id"])
+        self.files = Files(self)
+
+    # --- construction ---
+
+    @classmethod
+    def create(
+        cls,
+        template: Optional[str] = None,
+        ttl_seconds: Optional[int] = None,
+        cpus: Optional[float] = None,
+        memory_mb: Optional[int] = None,
+        pids_max: Optional[int] = None,
+        disk_mb: Optional[int] = None,
+        env: Optional[Mapping[str, str]] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        client: Optional[Client] = None,
+    ) -> "Sandbox":
+        """Creates a sandbox and returns it running. Unset values take the daemon's defaults
+        (template base, TTL 3600 s, 1 CPU, 512 MiB, 256 pids, 1024 MiB disk)."""
+        client = client or Client(url=url, api_key=api_key)
+        body: Dict[str, Any] = {}
+        for key, value in (
+            ("template", template), ("ttl_seconds", ttl_seconds), ("cpus", cpus),
+            ("memory_mb", memory_mb), ("pids_max", pids_max), ("disk_mb", disk_mb),
+        ):
+            if value is not None:
+                body[key] = value
+        if env is not None:
+            body["env"] = dict(env)
+        if metadata is not None:
+            body["metadata"] = dict(metadata)
+        return cls(client, client.request("POST", "/v1/sandboxes", json_body=body).json())
+
+    @classmethod
+    def connect(
+        cls,
+        sandbox_id: str,
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        client: Optional[Client] = None,
+    ) -> "Sandbox":
+        """Attaches to an existing sandbox; SandboxNotFound if there is none with that id."""
+        client = client or Client(url=url, api_key=api_key)
+        return cls(client, client.request("GET", cls._path_of(sandbox_id)).json())
+
+    @classmethod
+    def list(
+        cls,
+        state: Optional[str] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        client: Optional[Client] = None,
+    ) -> "List[Sandbox]":
+        """The sandboxes in `state` (if given) whose metadata holds every given key=value."""
+        client = client or Client(url=url, api_key=api_key)
+        query = []
+        if state is not None:
+            query.append(("state", state))
+        for key, value in (metadata or {}).items():
+            query.append((f"metadata.{key}", value))
+        body = client.request("GET", "/v1/sandboxes", query=query).json()
+        return [cls(client, info) for info in body["sandboxes"]]
+
+    # --- state ---
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    @property
+    def client(self) -> Client:
+        return self._client
+
+    @property
+    def info(self) -> Dict[str, Any]:
+        """The sandbox object as last seen (refresh() fetches it again)."""
+        return self._info
+
+    @property
+    def state(self) -> str:
+        """The state as last seen: creating, running, paused, destroying, destroyed, failed."""
+        return str(self._info.get("state", ""))
+
+    @property
+    def metadata(self) -> Dict[str, str]:
+        return dict(self._info.get("metadata") or {})
+
+    @property
+    def expires_at(self) -> Optional[str]:
+        return self._info.get("expires_at")
+
+    def refresh(self) -> "Sandbox":
+        """Fetches the sandbox's record again."""
+        self._info = self._client.request("GET", self._path).json()
+        return self
+
+    def __repr__(self) -> str:
+        return f"Sandbox(id={self._id!r}, state={self.state!r})"
+
+    # --- lifecycle ---
+
+    def kill(self) -> None:
+        """Destroys the sandbox. Destroying one that is already gone is not an error."""
+        try:
+            self._client.request("DELETE", self._path)
+        except SandboxNotFound:
+            pass
+        self._info["state"] = "destroyed"
+
+    def close(self) -> None:
+        """Same as kill()."""
+        self.kill()
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        try:
+            self.kill()
+        except AirlockError:
+            if exc_type is None:
+                raise
+            # Keep the exception that ended the block; the sandbox's TTL still reclaims it.
+
+    def pause(self) -> "Sandbox":
+        """Freezes every process in the sandbox (memory is kept)."""
+        self._info = self._client.request("POST", self._path + "/pause").json()
+        return self
+
+    def resume(self) -> "Sandbox":
+        """Thaws a paused sandbox."""
+        self._info = self._client.request("POST", self._path + "/resume").json()
+        return self
+
+    def set_ttl(self, seconds: int) -> "Sandbox":
+        """The sandbox now expires `seconds` from now."""
+        self._info = self._client.request(
+            "PATCH", self._path, json_body={"ttl_seconds": seconds}
+        ).json()
+        return self
+
+    def set_metadata(self, metadata: Mapping[str, Optional[str]]) -> "Sandbox":
+        """Merges `metadata` into the sandbox's: a string sets a key, None removes it."""
+        self._info = self._client.request(
+            "PATCH", self._path, json_body={"metadata": dict(metadata)}
+        ).json()
+        return self
+
+    # --- commands ---
+
+    def exec(
+        self,
+        cmd: Union[str, Sequence[str]],
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        stdin: Union[bytes, str, None] = None,
+        timeout_seconds: Optional[float] = None,
+        user: Optional[str] = None,
+    ) -> ExecResult:
+        """Runs a command and waits for it. A string runs through /bin/sh -c; a list is an argv
+        (the program looked up in PATH). A non-zero exit is a result, not an exception."""
+        body: Dict[str, Any] = {}
+        if isinstance(cmd, str):
+            body["cmd"] = cmd
+        else:
+            body["argv"] = list(cmd)
+        if cwd is not None:
+            body["cwd"] = cwd
+        if env is not None:
+            body["env"] = dict(env)
+        if stdin is not None:
+            if isinstance(stdin, str):
+                body["stdin"] = stdin
+            else:
+                body["stdin"] = base64.b64encode(bytes(stdin)).decode("ascii")
+                body["stdin_encoding"] = "base64"
+        if timeout_seconds is not None:
+            body["timeout_seconds"] = timeout_seconds
+        if user is not None:
+            body["user"] = user
+        wait = (timeout_seconds or _SERVER_DEFAULT_EXEC_TIMEOUT) + _EXEC_GRACE_SECONDS
+        response = self._client.request(
+            "POST", self._path + "/exec", json_body=body,
+            timeout=max(self._client.timeout, wait),
+        )
+        return ExecResult.from_json(response.json())
+
+    # --- helpers ---
+
+    @staticmethod
+    def _path_of(sandbox_id: str) -> str:
+        from urllib.parse import quote
+
+        return "/v1/sandboxes/" + quote(sandbox_id, safe="")
+
+    @property
+    def _path(self) -> str:
+        return self._path_of(self._id)
