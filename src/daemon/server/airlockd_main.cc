@@ -10,12 +10,15 @@
 // SIGTERM / SIGINT: stop accepting, answer the requests in flight, then keep the sandboxes for
 // the next start (on_shutdown = keep, the default) or destroy them; exit 0.
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <boost/asio/ip/address.hpp>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -139,6 +142,14 @@ int main(int argc, char** argv) {
   std::error_code ec;
   fs::create_directories(flags.state_dir, ec);
   if (ec) Die("creating " + flags.state_dir + ": " + ec.message());
+  // One daemon per state dir: a second one would adopt (and fight over) the first one's
+  // sandboxes. The lock lives as long as this process (the fd is never closed).
+  const std::string lock_path = flags.state_dir + "/airlockd.lock";
+  const int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd < 0) Die("opening " + lock_path + ": " + std::strerror(errno));
+  if (::flock(lock_fd, LOCK_EX | LOCK_NB) < 0) {
+    Die("another airlockd is running with the state dir " + flags.state_dir);
+  }
 
   auto store = store::Store::Open(flags.state_dir + "/airlock.db");
   if (!store) Die(store.error().message());
