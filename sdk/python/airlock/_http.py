@@ -8,7 +8,7 @@ import os
 import socket
 import time
 import urllib.parse
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import AirlockError, AuthError, InvalidRequest, ServerError, Timeout, error_for_status
 
@@ -167,6 +167,43 @@ class Client:
             time.sleep(delay)
             delay *= 2
         raise AssertionError("unreachable")  # the loop returns or raises
+
+    def stream_lines(
+        self, method: str, path: str, json_body: Any, timeout: Optional[float] = None
+    ) -> Iterator[bytes]:
+        """Sends one request whose answer is streamed (NDJSON) and yields its lines as they
+        arrive. An error status raises like request(); never retried (it is a POST)."""
+        timeout = timeout or self.timeout
+        target = self._prefix + path
+        headers = {"Accept": "application/x-ndjson", "Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        conn_class = (
+            http.client.HTTPSConnection if self._scheme == "https" else http.client.HTTPConnection
+        )
+        conn = conn_class(self._host, self._port, timeout=timeout)
+        try:
+            try:
+                conn.request(method, target, body=json.dumps(json_body).encode("utf-8"),
+                             headers=headers)
+                raw = conn.getresponse()
+                if raw.status >= 400:
+                    body = raw.read()
+                    raise self._error(
+                        Response(raw.status, {k.lower(): v for k, v in raw.getheaders()}, body))
+                while True:
+                    line = raw.readline()
+                    if not line:
+                        return
+                    yield line
+            except socket.timeout as e:
+                raise Timeout(
+                    f"{method} {target}: nothing from {self.url} within {timeout:g} s"
+                ) from e
+            except (OSError, http.client.HTTPException) as e:
+                raise ServerError(f"{method} {target}: lost airlockd at {self.url}: {e}") from e
+        finally:
+            conn.close()  # closing early (a consumer that stops) ends the command
 
     def _send(
         self, method: str, target: str, headers: Dict[str, str], payload: Optional[bytes],

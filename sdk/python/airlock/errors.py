@@ -61,3 +61,27 @@ def error_for_status(status: int, code: Optional[str], message: str) -> AirlockE
     if status >= 500:
         return ServerError(message, status, code)
     return AirlockError(message, status, code)
+
+
+# The HTTP status of each error code (the daemon's ErrorCode table), for errors that arrive
+# inside a 200 stream rather than as a status of their own.
+_STATUS_OF_CODE = {
+    "invalid_argument": 400,
+    "not_found": 404,
+    "already_exists": 409,
+    "permission_denied": 403,
+    "failed_precondition": 409,
+    "resource_exhausted": 429,
+    "too_large": 413,
+    "unauthenticated": 401,
+    "unimplemented": 501,
+    "unavailable": 503,
+    "deadline_exceeded": 504,
+    "protocol": 502,
+    "internal": 500,
+}
+
+
+def error_for_code(code: Optional[str], message: str) -> AirlockError:
+    """The exception for an error code reported in a stream's "error" event."""
+    return error_for_status(_STATUS_OF_CODE.get(code or "", 500), code, message)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import codecs
+import json
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Type, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Type, Union
 
 from ._http import Client
-from .errors import AirlockError, SandboxNotFound
+from .errors import AirlockError, SandboxNotFound, ServerError, error_for_code
 from .files import Files
 
 # Seconds the client waits beyond a command's own timeout before giving up on the answer.
@@ -243,9 +245,16 @@ class Sandbox:
         stdin: Union[bytes, str, None] = None,
         timeout_seconds: Optional[float] = None,
         user: Optional[str] = None,
+        on_stdout: Optional[Callable[[str], None]] = None,
+        on_stderr: Optional[Callable[[str], None]] = None,
     ) -> ExecResult:
         """Runs a command and waits for it. A string runs through /bin/sh -c; a list is an argv
-        (the program looked up in PATH). A non-zero exit is a result, not an exception."""
+        (the program looked up in PATH). A non-zero exit is a result, not an exception.
+
+        With `on_stdout` / `on_stderr`, output is streamed: each callback gets text as soon as
+        the daemon has it (decoded incrementally, so a character split between two pieces is
+        not mangled), and the result still carries all of it. An exception raised by a
+        callback stops the command."""
         body: Dict[str, Any] = {}
         if isinstance(cmd, str):
             body["cmd"] = cmd
@@ -266,11 +275,58 @@ class Sandbox:
         if user is not None:
             body["user"] = user
         wait = (timeout_seconds or _SERVER_DEFAULT_EXEC_TIMEOUT) + _EXEC_GRACE_SECONDS
+        if on_stdout is not None or on_stderr is not None:
+            body["stream"] = True
+            return self._exec_streamed(body, max(self._client.timeout, wait), on_stdout, on_stderr)
         response = self._client.request(
             "POST", self._path + "/exec", json_body=body,
             timeout=max(self._client.timeout, wait),
         )
         return ExecResult.from_json(response.json())
+
+    def _exec_streamed(
+        self,
+        body: Dict[str, Any],
+        timeout: float,
+        on_stdout: Optional[Callable[[str], None]],
+        on_stderr: Optional[Callable[[str], None]],
+    ) -> ExecResult:
+        out = {"stdout": bytearray(), "stderr": bytearray()}
+        callbacks = {"stdout": on_stdout, "stderr": on_stderr}
+        decoders = {k: codecs.getincrementaldecoder("utf-8")(errors="replace") for k in out}
+        for line in self._client.stream_lines("POST", self._path + "/exec", body, timeout):
+            try:
+                event = json.loads(line)
+            except ValueError as e:
+                raise AirlockError(f"the daemon sent a line that is not JSON: {line[:80]!r}") from e
+            kind = event.get("type")
+            if kind in out:
+                data = _decode(event.get("data"), event.get("data_encoding"))
+                out[kind] += data
+                callback = callbacks[kind]
+                if callback is not None:
+                    text = decoders[kind].decode(data)
+                    if text:
+                        callback(text)
+            elif kind == "exit":
+                for kind_, callback in callbacks.items():
+                    rest = decoders[kind_].decode(b"", final=True)
+                    if callback is not None and rest:
+                        callback(rest)
+                return ExecResult(
+                    exit_code=event.get("exit_code"),
+                    signal=event.get("signal"),
+                    stdout_bytes=bytes(out["stdout"]),
+                    stderr_bytes=bytes(out["stderr"]),
+                    duration_ms=int(event.get("duration_ms", 0)),
+                    timed_out=bool(event.get("timed_out")),
+                    oom_killed=bool(event.get("oom_killed")),
+                    truncated=bool(event.get("truncated")),
+                )
+            elif kind == "error":
+                err = event.get("error") or {}
+                raise error_for_code(err.get("code"), err.get("message", "exec failed"))
+        raise ServerError("the exec stream ended without an exit event")
 
     # --- helpers ---
 

@@ -63,3 +63,41 @@ def test_missing_program_is_invalid_request(sbx) -> None:
         sbx.exec(["no-such-program-xyz"])
     assert e.value.status == 400
     assert sbx.exec("no-such-program-xyz").exit_code == 127
+
+
+def test_streamed_output_arrives_while_the_command_runs(sbx) -> None:
+    # The command waits for a file that the callback writes on seeing the first line: the
+    # callback must run before the command ends, or this would time out.
+    seen = []
+
+    def on_stdout(text: str) -> None:
+        seen.append(("out", text))
+        if "first" in text:
+            sbx.files.write("/tmp/go", b"1")
+
+    r = sbx.exec(
+        "echo first; while [ ! -e /tmp/go ]; do sleep 0.02; done; echo second >&2; exit 5",
+        timeout_seconds=20,
+        on_stdout=on_stdout,
+        on_stderr=lambda text: seen.append(("err", text)),
+    )
+    assert (r.exit_code, r.stdout, r.stderr) == (5, "first\n", "second\n")
+    assert seen == [("out", "first\n"), ("err", "second\n")]
+    assert not r.timed_out
+
+
+def test_streamed_utf8_split_across_pieces_is_not_mangled(sbx) -> None:
+    pieces = []
+    r = sbx.exec("printf '\\303'; sleep 0.2; printf '\\251\\n'", on_stdout=pieces.append)
+    assert r.stdout == "é\n"
+    assert "".join(pieces) == "é\n"
+    assert "\ufffd" not in "".join(pieces)
+
+
+def test_streamed_timeout_and_errors(sbx) -> None:
+    r = sbx.exec("sleep 30", timeout_seconds=0.5, on_stdout=lambda _: None)
+    assert r.timed_out and r.exit_code is None and r.signal is not None
+    with pytest.raises(InvalidRequest):
+        sbx.exec(["/nonexistent"], on_stdout=lambda _: None)
+    # The sandbox still serves plain calls afterwards.
+    assert sbx.exec("echo ok").stdout == "ok\n"
