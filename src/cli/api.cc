@@ -55,6 +55,30 @@ Outcome<json> Api::CallJson(std::string_view method, const std::string& target,
   return doc;
 }
 
+Outcome<void> Api::CallStreamed(std::string_view method, const std::string& target,
+                                const json& request,
+                                const std::function<bool(std::string_view)>& on_line) {
+  auto body = DumpJson(request);
+  if (!body) return std::unexpected(body.error());
+  std::string pending;  // a line not yet complete
+  bool stopped = false;
+  auto response = http_.RequestStreamed(method, target, *body, [&](std::string_view piece) {
+    if (stopped) return;
+    pending.append(piece);
+    size_t start = 0;
+    for (size_t nl; !stopped && (nl = pending.find('\n', start)) != std::string::npos;
+         start = nl + 1) {
+      stopped = !on_line(std::string_view(pending).substr(start, nl - start));
+    }
+    pending.erase(0, start);
+  });
+  if (!response) return CommandError(response.error().message());
+  if (response->status < 200 || response->status > 299) {
+    return CommandError(DescribeErrorReply(response->status, response->body, http_.url()));
+  }
+  return {};
+}
+
 std::string SandboxTarget(const std::string& id, std::string_view suffix) {
   return "/v1/sandboxes/" + client::UrlEncode(id) + std::string(suffix);
 }

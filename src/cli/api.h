@@ -4,6 +4,7 @@
 // message says what could not be reached ("cannot connect to http://...: Connection refused").
 
 #include <chrono>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -39,6 +40,12 @@ class Api {
   // As Call, for a JSON reply (null for an empty body); `request` is sent as JSON when given.
   [[nodiscard]] Outcome<nlohmann::json> CallJson(std::string_view method, const std::string& target,
                                                  const nlohmann::json* request = nullptr);
+
+  // Sends `request` as JSON and hands each line of the streamed (NDJSON) answer to `on_line`
+  // as it arrives. `on_line` returns false to stop reading (the connection is then dropped).
+  [[nodiscard]] Outcome<void> CallStreamed(
+      std::string_view method, const std::string& target, const nlohmann::json& request,
+      const std::function<bool(std::string_view)>& on_line);
 
   // Raises the per-request limits for long execs and big transfers.
   void AllowAtLeast(std::chrono::milliseconds timeout);

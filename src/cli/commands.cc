@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "cli/args.h"
@@ -210,6 +211,53 @@ Outcome<int> EmitExecResult(const json& result, bool json_mode) {
   return CommandError("the daemon's exec reply has neither exit_code nor signal");
 }
 
+// Runs the exec request with "stream": true, writing the command's output to our stdout and
+// stderr as it arrives. Returns the "exit" event (the result without its output), ready for
+// EmitExecResult; an "error" event is a Failure like a refused plain exec.
+Outcome<json> StreamExec(Api& api, const std::string& target, json req) {
+  req["stream"] = true;
+  std::optional<json> exit;
+  std::optional<Failure> failure;
+  auto streamed = api.CallStreamed("POST", target, req, [&](std::string_view line) {
+    json event = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const std::string type = Text(event, "type");
+    if (type == "stdout" || type == "stderr") {
+      auto data = DecodeOutput(event, "data");
+      if (!data) {
+        failure = data.error();
+        return false;
+      }
+      if (type == "stdout") {
+        std::fflush(stdout);
+        WriteAll(STDOUT_FILENO, *data);
+      } else {
+        WriteAll(STDERR_FILENO, *data);
+      }
+    } else if (type == "exit") {
+      exit = std::move(event);
+      return false;
+    } else if (type == "error") {
+      const json& err = event.value("error", json::object());
+      failure = Failure{kExitFailure, Text(err, "code") + ": " + Text(err, "message")};
+      return false;
+    } else if (event.is_discarded()) {
+      failure = Failure{kExitFailure, "the daemon sent a stream line that is not JSON"};
+      return false;
+    }
+    return true;  // "start", and event types this CLI does not know yet
+  });
+  if (!streamed) return std::unexpected(streamed.error());
+  if (failure) return std::unexpected(*failure);
+  if (!exit) return CommandError("the daemon's exec stream ended without an exit event");
+  return *exit;
+}
+
+// A command's result: streamed to the terminal for people, one document for --json.
+Outcome<json> RunExec(Api& api, const std::string& target, const json& req, bool json_mode) {
+  if (json_mode) return api.CallJson("POST", target, &req);
+  return StreamExec(api, target, req);
+}
+
 // ---- the commands ------------------------------------------------------------------------------
 
 Outcome<int> CmdCreate(const CommandArgs& in, Globals& globals) {
@@ -326,7 +374,7 @@ Outcome<int> CmdExec(const CommandArgs& in, Globals& globals) {
   auto api = Api::Connect(globals);
   if (!api) return std::unexpected(api.error());
   api->AllowAtLeast(ExecDeadline(*req));
-  auto result = api->CallJson("POST", SandboxTarget(*id, "/exec"), &*req);
+  auto result = RunExec(*api, SandboxTarget(*id, "/exec"), *req, globals.json);
   if (!result) return std::unexpected(result.error());
   return EmitExecResult(*result, globals.json);
 }
@@ -422,7 +470,7 @@ Outcome<int> CmdRun(const CommandArgs& in, Globals& globals) {
     return 128 + interrupted;
   }
 
-  auto result = api->CallJson("POST", SandboxTarget(*id, "/exec"), &*exec);
+  auto result = RunExec(*api, SandboxTarget(*id, "/exec"), *exec, globals.json);
   {
     std::unique_lock lock(state->mu);
     if (state->deleting) {  // the signal thread is deleting the sandbox and will exit

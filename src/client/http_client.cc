@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
+#include <vector>
 
 namespace airlock::client {
 
@@ -82,9 +83,17 @@ Result<HttpResponse> HttpClient::Request(std::string_view method, std::string_vi
   return response;
 }
 
+Result<HttpResponse> HttpClient::RequestStreamed(
+    std::string_view method, std::string_view target, std::string_view body,
+    const std::function<void(std::string_view)>& on_body, std::string_view content_type) {
+  bool reused = false;
+  return RequestOnce(method, target, body, content_type, &reused, &on_body);
+}
+
 Result<HttpResponse> HttpClient::RequestOnce(std::string_view method, std::string_view target,
                                              std::string_view body, std::string_view content_type,
-                                             bool* reused) {
+                                             bool* reused,
+                                             const std::function<void(std::string_view)>* on_body) {
   const http::verb verb = http::string_to_verb(beast::string_view(method.data(), method.size()));
   if (verb == http::verb::unknown) {
     return Fail(ErrorCode::kInvalidArgument, "unknown HTTP method " + std::string(method));
@@ -118,30 +127,49 @@ Result<HttpResponse> HttpClient::RequestOnce(std::string_view method, std::strin
   http::write(conn_->stream, req, ec);
   // A server may answer (413) and stop reading before the whole body is sent: read anyway.
   const bool write_failed = static_cast<bool>(ec);
-  http::response_parser<http::string_body> parser;
-  parser.body_limit(body_limit_);
-  http::read(conn_->stream, conn_->buffer, parser, ec);
-  if (ec) {
+  auto fail = [&](beast::error_code e) -> Result<HttpResponse> {
     conn_.reset();
-    if (ec == beast::error::timeout) {
+    if (e == beast::error::timeout) {
       return Fail(ErrorCode::kDeadlineExceeded, "no reply from " + url_ + " in time");
     }
-    if (ec == http::error::end_of_stream || ec == asio::error::connection_reset ||
-        ec == asio::error::eof || write_failed) {
-      return Fail(ErrorCode::kUnavailable, url_ + " closed the connection: " + ec.message());
+    if (e == http::error::end_of_stream || e == asio::error::connection_reset ||
+        e == asio::error::eof || write_failed) {
+      return Fail(ErrorCode::kUnavailable, url_ + " closed the connection: " + e.message());
     }
-    return Fail(ErrorCode::kProtocol, "reading the reply from " + url_ + ": " + ec.message());
-  }
-  auto& res = parser.get();
+    return Fail(ErrorCode::kProtocol, "reading the reply from " + url_ + ": " + e.message());
+  };
+  // The body arrives in pieces of up to 64 KiB; each goes to `on_body` (a 2xx answer being
+  // streamed) or is kept (everything else).
+  http::response_parser<http::buffer_body> parser;
+  parser.body_limit(body_limit_);
+  http::read_header(conn_->stream, conn_->buffer, parser, ec);
+  if (ec) return fail(ec);
   HttpResponse out;
-  out.status = static_cast<int>(res.result_int());
-  out.body = std::move(res.body());
-  for (const auto& field : res) {
+  out.status = static_cast<int>(parser.get().result_int());
+  for (const auto& field : parser.get()) {
     std::string name(field.name_string());
     for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     out.headers[name] = std::string(field.value());
   }
-  if (!res.keep_alive()) conn_.reset();
+  const bool stream_out = on_body != nullptr && out.status >= 200 && out.status <= 299;
+  if (stream_out) parser.body_limit(boost::none);  // a stream is as long as its command runs
+  std::vector<char> piece(64 * 1024);
+  while (!parser.is_done()) {
+    parser.get().body().data = piece.data();
+    parser.get().body().size = piece.size();
+    conn_->stream.expires_after(timeout_);
+    http::read_some(conn_->stream, conn_->buffer, parser, ec);  // what has arrived, no more
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) return fail(ec);
+    const std::string_view got(piece.data(), piece.size() - parser.get().body().size);
+    if (got.empty()) continue;
+    if (stream_out) {
+      (*on_body)(got);
+    } else {
+      out.body.append(got);
+    }
+  }
+  if (!parser.keep_alive()) conn_.reset();
   return out;
 }
 

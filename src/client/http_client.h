@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -46,13 +47,21 @@ class HttpClient {
   [[nodiscard]] Result<HttpResponse> Request(std::string_view method, std::string_view target,
                                              std::string_view body = {},
                                              std::string_view content_type = "application/json");
+  // As Request, but a successful (2xx) response's body goes to `on_body` piece by piece as it
+  // arrives (a streamed exec), and the returned body is empty; an error response's body is
+  // returned whole, as Request does. Never retried.
+  [[nodiscard]] Result<HttpResponse> RequestStreamed(
+      std::string_view method, std::string_view target, std::string_view body,
+      const std::function<void(std::string_view)>& on_body,
+      std::string_view content_type = "application/json");
 
  private:
   struct Conn;
   HttpClient(std::string url, std::string host, std::string port);
   Result<HttpResponse> RequestOnce(std::string_view method, std::string_view target,
                                    std::string_view body, std::string_view content_type,
-                                   bool* reused);
+                                   bool* reused,
+                                   const std::function<void(std::string_view)>* on_body = nullptr);
 
   std::string url_, host_, port_;
   std::string api_key_;

@@ -77,8 +77,9 @@ class Runtime {
   // caller destroys the sandbox by id).
   [[nodiscard]] virtual Result<SandboxInfo> Adopt(const std::string& id, pid_t init_pid,
                                                   bool paused) = 0;
-  // The ids of every sandbox, live or half made, that this engine finds on the host (its
-  // directories, cgroups); for recovery, which destroys the ones no record claims.
+  // The ids of every sandbox, live or half made, that this engine instance owns (under its
+  // state dir; never another instance's); for recovery, which destroys the ones no record
+  // claims.
   [[nodiscard]] virtual Result<std::vector<std::string>> ListSandboxes() = 0;
   [[nodiscard]] virtual Status Pause(const std::string& id) = 0;
   [[nodiscard]] virtual Status Resume(const std::string& id) = 0;

@@ -466,3 +466,37 @@ TEST_F(CliTest, CpDirectoryTreeBothWays) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST_F(CliTest, ExecShowsOutputWhileTheCommandRuns) {
+  const std::string id = CliCreate();
+  ASSERT_FALSE(id.empty());
+  // The command blocks until /tmp/go exists; the test creates it only once the CLI has printed
+  // the first line, so the test ends only if that line came out while the command ran.
+  const std::string out_file = dir_ + "/cli-out.txt";
+  ProcessResult r;
+  std::thread cli([&] {
+    r = RunProcess({"/bin/sh", "-c", std::string("exec \"$0\" exec \"$1\" -- sh -c "
+                                                 "'echo first; while [ ! -e /tmp/go ]; do sleep "
+                                                 "0.02; done; echo second; exit 7' > \"$2\""),
+                    AIRLOCK_CLI_PATH, id, out_file},
+                   Env(), "");
+  });
+  bool first = false;
+  for (int i = 0; i < 600 && !first; ++i) {
+    std::ifstream in(out_file);
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    first = text == "first\n";
+    if (!first) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(first) << "the first line did not come out while the command ran";
+  EXPECT_EQ(daemon_->Call(http::verb::put, "/v1/sandboxes/" + id + "/files?path=/tmp/go", "1").status,
+            200);
+  cli.join();
+  EXPECT_EQ(r.exit_code(), 7) << r.err;
+  std::ifstream in(out_file);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(in)), {}), "first\nsecond\n");
+}
+
+}  // namespace

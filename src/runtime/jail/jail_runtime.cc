@@ -16,7 +16,6 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <set>
 #include <thread>
 
 #include "common/ids.h"
@@ -404,18 +403,21 @@ Result<SandboxInfo> JailRuntime::Adopt(const std::string& id, pid_t init_pid, bo
 }
 
 Result<std::vector<std::string>> JailRuntime::ListSandboxes() {
-  std::set<std::string> ids;
-  for (std::string& id : ListSandboxCgroups(layout_)) ids.insert(std::move(id));
+  // The sandbox directories under this state dir, and only those: the cgroup parents are shared
+  // by every engine on the host (other daemons, tests), so a cgroup alone proves nothing about
+  // whose sandbox it is. A sandbox's directory exists whenever its cgroup does: Create claims
+  // the directory first and TearDown removes it last.
+  std::vector<std::string> ids;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(options_.state_dir + "/jail", ec)) {
-    ids.insert(entry.path().filename().string());
+    std::string id = entry.path().filename().string();
+    if (ValidateSandboxId(id)) ids.push_back(std::move(id));
   }
-  if (ec) return Fail(ErrorCode::kInternal, "listing " + options_.state_dir + "/jail: " + ec.message());
-  std::vector<std::string> out;
-  for (const std::string& id : ids) {
-    if (ValidateSandboxId(id)) out.push_back(id);
+  if (ec) {
+    return Fail(ErrorCode::kInternal, "listing " + options_.state_dir + "/jail: " + ec.message());
   }
-  return out;
+  std::sort(ids.begin(), ids.end());
+  return ids;
 }
 
 Status JailRuntime::TearDown(const std::string& id, pid_t init_pid, std::optional<uid_t> uid_base,
