@@ -7,6 +7,8 @@
 #include <set>
 #include <thread>
 
+#include <sstream>
+
 #include "client/http_client.h"
 #include "daemon/store/store.h"
 #include "support/airlockd.h"
@@ -169,6 +171,104 @@ TEST_F(DaemonTest, SigkillDuringCreatesAndDeletesLosesNoAcknowledgedRecord) {
   }
   EXPECT_GT(created.size(), deleted.size()) << "the workers made no progress";
   EXPECT_FALSE(deleted.empty());
+}
+
+}  // namespace
+
+namespace {
+
+// A streamed exec read to its end on a raw connection; the stdout it carried, decoded.
+struct Streamed {
+  std::string stdout_data;
+  json exit;
+  std::string problem;  // empty when the stream was whole
+};
+
+Streamed StreamToEnd(uint16_t port, const std::string& key, const std::string& target,
+                     const std::string& body) {
+  Streamed out;
+  asio::io_context io;
+  tcp::socket socket(io);
+  beast::error_code ec;
+  socket.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), ec);
+  if (ec) return {.problem = "connect: " + ec.message()};
+  const std::string request = "POST " + target + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                              key + "\r\nContent-Length: " + std::to_string(body.size()) +
+                              "\r\nConnection: close\r\n\r\n" + body;
+  asio::write(socket, asio::buffer(request), ec);
+  // Beast parses the chunked body; each chunk is one event line.
+  beast::flat_buffer buffer;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(1ull << 30);
+  http::read(socket, buffer, parser, ec);
+  if (ec) return {.problem = "read: " + ec.message()};
+  if (parser.get().result_int() != 200) return {.problem = parser.get().body()};
+  std::istringstream lines(parser.get().body());
+  std::string line;
+  while (std::getline(lines, line)) {
+    json e = json::parse(line, nullptr, false);
+    if (e.is_discarded()) return {.problem = "not JSON: " + line.substr(0, 100)};
+    if (e["type"] == "stdout") {
+      if (e["data_encoding"] != "utf-8") return {.problem = "unexpected base64"};
+      out.stdout_data += e["data"].get<std::string>();
+    } else if (e["type"] == "exit" || e["type"] == "error") {
+      out.exit = e;
+    }
+  }
+  if (!out.exit.is_object() || out.exit["type"] != "exit") out.problem = "no exit event";
+  return out;
+}
+
+std::string Lines(int from, int to, const std::string& prefix = "") {
+  std::string s;
+  for (int i = from; i <= to; ++i) s += prefix + std::to_string(i) + "\n";
+  return s;
+}
+
+TEST_F(DaemonTest, AMillionLineStreamArrivesWholeAndInOrder) {
+  const std::string id = CreateSandbox();
+  ASSERT_FALSE(id.empty());
+  Streamed s = StreamToEnd(daemon_->port(), daemon_->key(), "/v1/sandboxes/" + id + "/exec",
+                           R"({"stream": true, "argv": ["seq", "1", "1000000"]})");
+  ASSERT_TRUE(s.problem.empty()) << s.problem;
+  EXPECT_EQ(s.exit["exit_code"], 0) << s.exit;
+  EXPECT_EQ(s.exit["truncated"], false) << s.exit;
+  const std::string expected = Lines(1, 1000000);
+  EXPECT_EQ(s.stdout_data.size(), expected.size());
+  EXPECT_TRUE(s.stdout_data == expected) << "the stream's bytes differ from seq's";
+
+  // A stream is not capped like a plain exec's buffered output (16 MiB): 24 MiB come whole.
+  Streamed big = StreamToEnd(daemon_->port(), daemon_->key(), "/v1/sandboxes/" + id + "/exec",
+                             R"({"stream": true, "cmd": "head -c 25165824 /dev/zero | tr '\\0' a"})");
+  ASSERT_TRUE(big.problem.empty()) << big.problem;
+  EXPECT_EQ(big.exit["truncated"], false) << big.exit;
+  EXPECT_EQ(big.stdout_data.size(), 25165824u);
+  EXPECT_EQ(big.stdout_data.find_first_not_of('a'), std::string::npos);
+}
+
+TEST_F(DaemonTest, AHundredConcurrentStreams) {
+  constexpr int kSandboxes = 4, kStreams = 100;
+  std::vector<std::string> ids;
+  for (int i = 0; i < kSandboxes; ++i) ids.push_back(CreateSandbox());
+  for (const auto& id : ids) ASSERT_FALSE(id.empty());
+  std::vector<Streamed> results(kStreams);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kStreams; ++i) {
+    threads.emplace_back([&, i] {
+      const std::string body = R"({"stream": true, "cmd": "for i in $(seq 1 300); do echo s)" +
+                               std::to_string(i) + R"(-$i; done; exit )" + std::to_string(i % 7) +
+                               "\"}";
+      results[i] = StreamToEnd(daemon_->port(), daemon_->key(),
+                               "/v1/sandboxes/" + ids[i % kSandboxes] + "/exec", body);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kStreams; ++i) {
+    SCOPED_TRACE("stream " + std::to_string(i));
+    ASSERT_TRUE(results[i].problem.empty()) << results[i].problem;
+    EXPECT_EQ(results[i].exit["exit_code"], i % 7);
+    EXPECT_TRUE(results[i].stdout_data == Lines(1, 300, "s" + std::to_string(i) + "-"));
+  }
 }
 
 }  // namespace

@@ -529,6 +529,9 @@ Result<std::unique_ptr<ExecStream>> Controller::StartExec(const std::string& id,
   auto channel = Acquire(id);
   if (!channel) return std::unexpected(channel.error());
   protocol::Exec exec = ToProtocolExec(request);
+  // A stream holds nothing in the daemon (each piece waits for the client to take the last),
+  // so the output is not capped; a plain exec keeps the agent's default cap (16 MiB).
+  exec.output_cap = uint64_t{1} << 50;
   const auto silence_limit = std::chrono::milliseconds(exec.timeout_ms) + std::chrono::seconds(30);
   auto stream = (*channel)->StartExec(exec);
   if (!stream) return std::unexpected(ExecError(id, std::move(stream.error())));
