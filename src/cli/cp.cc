@@ -15,12 +15,16 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <sstream>
 
 #include "cli/commands.h"
 #include "cli/subprocess.h"
 #include "common/unique_fd.h"
 
 namespace airlock::cli {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -194,9 +198,33 @@ Outcome<int> Download(Api& api, const RemotePath& remote, const std::string& loc
   if (::mkdir(target.c_str(), 0755) != 0 && errno != EEXIST) {
     return CommandError(Errno("cannot make " + target));
   }
-  // Never take owners from the sandbox's uids; GNU tar already refuses absolute names and "..".
-  auto unpacked = RunProgram({"tar", "--no-same-owner", "-C", target, "-xf", "-"}, tar->body);
+  // The archive comes from the sandbox: treat it as hostile. GNU tar already refuses absolute
+  // names and "..", and delays symlinks that point outside. Device nodes (which a root caller
+  // would really make) are refused from the listing first; owners are never taken from the
+  // sandbox's uids; and no set-user-id or set-group-id bit survives the copy.
+  auto listing = RunProgram({"tar", "-tvf", "-"}, tar->body);
+  if (!listing) return std::unexpected(listing.error());
+  std::istringstream lines(*listing);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.starts_with('b') || line.starts_with('c')) {
+      return CommandError("refusing " + remote.id + ":" + remote.path +
+                          ": the archive holds a device node: " + line);
+    }
+  }
+  auto unpacked = RunProgram(
+      {"tar", "--no-same-owner", "--no-same-permissions", "-C", target, "-xf", "-"}, tar->body);
   if (!unpacked) return std::unexpected(unpacked.error());
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(target, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_symlink(ec)) continue;
+    const fs::perms p = it->status(ec).permissions();
+    if ((p & (fs::perms::set_uid | fs::perms::set_gid)) != fs::perms::none) {
+      fs::permissions(it->path(), fs::perms::set_uid | fs::perms::set_gid,
+                      fs::perm_options::remove, ec);  // symlinks were skipped above
+    }
+  }
+  if (ec) return CommandError("checking what was unpacked in " + target + ": " + ec.message());
   return 0;
 }
 

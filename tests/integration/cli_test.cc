@@ -500,3 +500,28 @@ TEST_F(CliTest, ExecShowsOutputWhileTheCommandRuns) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST_F(CliTest, CpFromTheSandboxDropsSetIdBits) {
+  TempDir tmp;
+  ASSERT_FALSE(tmp.path().empty());
+  const std::string id = CliCreate();
+  ASSERT_FALSE(id.empty());
+  // The sandbox's user marks its own files set-user-id and set-group-id (it may: it owns them).
+  ProcessResult made = Cli({"exec", id, "--", "sh", "-c",
+                            "mkdir -p /home/user/d && cp /bin/true /home/user/d/suid && "
+                            "chmod 6755 /home/user/d/suid && echo x > /home/user/d/plain && "
+                            "stat -c %a /home/user/d/suid"});
+  ASSERT_EQ(made.exit_code(), 0) << made.err;
+  ASSERT_EQ(made.out, "6755\n") << "positive control: the bits are set inside";
+  const fs::path local = fs::path(tmp.path()) / "copy";
+  ProcessResult down = Cli({"cp", id + ":/home/user/d", local.string()});
+  ASSERT_EQ(down.exit_code(), 0) << down.err;
+  const fs::perms p = fs::status(local / "suid").permissions();
+  EXPECT_EQ(p & (fs::perms::set_uid | fs::perms::set_gid), fs::perms::none);
+  EXPECT_NE(p & fs::perms::owner_exec, fs::perms::none);
+  EXPECT_EQ(fs::file_size(local / "plain"), 2u);
+}
+
+}  // namespace
