@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -178,12 +179,9 @@ class Client:
         headers = {"Accept": "application/x-ndjson", "Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        conn_class = (
-            http.client.HTTPSConnection if self._scheme == "https" else http.client.HTTPConnection
-        )
-        conn = conn_class(self._host, self._port, timeout=timeout)
+        conn = self._connection(timeout)
         try:
-            try:
+            with self._transport_errors(method, target, timeout):
                 conn.request(method, target, body=json.dumps(json_body).encode("utf-8"),
                              headers=headers)
                 raw = conn.getresponse()
@@ -196,34 +194,38 @@ class Client:
                     if not line:
                         return
                     yield line
-            except socket.timeout as e:
-                raise Timeout(
-                    f"{method} {target}: nothing from {self.url} within {timeout:g} s"
-                ) from e
-            except (OSError, http.client.HTTPException) as e:
-                raise ServerError(f"{method} {target}: lost airlockd at {self.url}: {e}") from e
         finally:
             conn.close()  # closing early (a consumer that stops) ends the command
 
-    def _send(
-        self, method: str, target: str, headers: Dict[str, str], payload: Optional[bytes],
-        timeout: float,
-    ) -> Response:
+    def _connection(self, timeout: float) -> http.client.HTTPConnection:
         conn_class = (
             http.client.HTTPSConnection if self._scheme == "https" else http.client.HTTPConnection
         )
-        conn = conn_class(self._host, self._port, timeout=timeout)
+        return conn_class(self._host, self._port, timeout=timeout)
+
+    @contextlib.contextmanager
+    def _transport_errors(self, method: str, target: str, timeout: float) -> Iterator[None]:
+        """Turns socket failures into the SDK's Timeout and ServerError."""
         try:
-            conn.request(method, target, body=payload, headers=headers)
-            raw = conn.getresponse()
-            data = raw.read()
-            return Response(raw.status, {k.lower(): v for k, v in raw.getheaders()}, data)
+            yield
         except socket.timeout as e:
             raise Timeout(
                 f"{method} {target}: no answer from {self.url} within {timeout:g} s"
             ) from e
         except (OSError, http.client.HTTPException) as e:
             raise ServerError(f"{method} {target}: cannot reach airlockd at {self.url}: {e}") from e
+
+    def _send(
+        self, method: str, target: str, headers: Dict[str, str], payload: Optional[bytes],
+        timeout: float,
+    ) -> Response:
+        conn = self._connection(timeout)
+        try:
+            with self._transport_errors(method, target, timeout):
+                conn.request(method, target, body=payload, headers=headers)
+                raw = conn.getresponse()
+                data = raw.read()
+                return Response(raw.status, {k.lower(): v for k, v in raw.getheaders()}, data)
         finally:
             conn.close()
 

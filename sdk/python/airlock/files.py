@@ -89,12 +89,7 @@ class Files:
     ) -> FileEntry:
         """Creates or replaces the file with `data` (str is written as UTF-8)."""
         payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-        extra: List[Tuple[str, str]] = []
-        m = _mode(mode)
-        if m is not None:
-            extra.append(("mode", m))
-        if parents:
-            extra.append(("parents", "true"))
+        extra = _mode_and_parents(mode, parents)
         r = self._request("PUT", "", path, body=payload, content_type="application/octet-stream",
                           extra_query=extra)
         return FileEntry.from_json(r.json())
@@ -120,12 +115,7 @@ class Files:
     def mkdir(self, path: str, parents: bool = False,
               mode: Union[int, str, None] = None) -> FileEntry:
         """Creates a directory (and missing parents with parents=True)."""
-        extra: List[Tuple[str, str]] = []
-        m = _mode(mode)
-        if m is not None:
-            extra.append(("mode", m))
-        if parents:
-            extra.append(("parents", "true"))
+        extra = _mode_and_parents(mode, parents)
         return FileEntry.from_json(self._request("POST", "/mkdir", path, extra_query=extra).json())
 
     def exists(self, path: str) -> bool:
@@ -171,6 +161,17 @@ class Files:
         `local_dir`, or device nodes raise UnsafeArchive."""
         data = self._request("GET", "/tar", remote_dir).body
         return extract_tar(data, local_dir)
+
+
+def _mode_and_parents(mode: Union[int, str, None], parents: bool) -> List[Tuple[str, str]]:
+    """The query parameters of a write or mkdir."""
+    extra: List[Tuple[str, str]] = []
+    m = _mode(mode)
+    if m is not None:
+        extra.append(("mode", m))
+    if parents:
+        extra.append(("parents", "true"))
+    return extra
 
 
 def _member_path(name: str) -> Optional[str]:

@@ -632,6 +632,22 @@ Result<protocol::FileInfo> Controller::MakeDirectory(const std::string& id,
   return Describe(id, *channel, path);
 }
 
+Result<protocol::ExecResult> Controller::RunTar(const std::string& id, Channel& channel,
+                                                const protocol::Exec& exec,
+                                                std::string_view stdin_data) {
+  channel->set_receive_timeout(std::chrono::milliseconds(exec.timeout_ms) +
+                               std::chrono::minutes(1));
+  auto result = channel->Exec(exec, stdin_data);
+  if (!result) {
+    Error error = Explain(id, std::move(result.error()));
+    if (error.code() == ErrorCode::kNotFound) {
+      return Fail(ErrorCode::kUnimplemented, "this sandbox's template has no tar: " + error.message());
+    }
+    return std::unexpected(std::move(error));
+  }
+  return result;
+}
+
 Result<std::string> Controller::ReadTar(const std::string& id, const api::FileQuery& query) {
   auto channel = Acquire(id);
   if (!channel) return std::unexpected(channel.error());
@@ -645,15 +661,8 @@ Result<std::string> Controller::ReadTar(const std::string& id, const api::FileQu
   exec.argv = {"tar", "--create", "--format=posix", "--file=-", "--directory=" + path, "."};
   exec.timeout_ms = 10 * 60 * 1000;
   exec.output_cap = api::kMaxTarBytes + 1;
-  (*channel)->set_receive_timeout(std::chrono::minutes(11));
-  auto result = (*channel)->Exec(exec);
-  if (!result) {
-    Error error = Explain(id, std::move(result.error()));
-    if (error.code() == ErrorCode::kNotFound) {
-      return Fail(ErrorCode::kUnimplemented, "this sandbox's template has no tar: " + error.message());
-    }
-    return std::unexpected(std::move(error));
-  }
+  auto result = RunTar(id, *channel, exec, {});
+  if (!result) return std::unexpected(result.error());
   if (result->exit.truncated || result->stdout_data.size() > api::kMaxTarBytes) {
     return Fail(ErrorCode::kTooLarge, "the tar stream of " + path + " is over " +
                                           std::to_string(api::kMaxTarBytes) + " bytes");
@@ -682,15 +691,8 @@ Status Controller::WriteTar(const std::string& id, const api::FileQuery& query,
   exec.stdin_mode = protocol::StdinMode::kPipe;
   exec.timeout_ms = 10 * 60 * 1000;
   exec.output_cap = 64 * 1024;
-  (*channel)->set_receive_timeout(std::chrono::minutes(11));
-  auto result = (*channel)->Exec(exec, tar);
-  if (!result) {
-    Error error = Explain(id, std::move(result.error()));
-    if (error.code() == ErrorCode::kNotFound) {
-      return Fail(ErrorCode::kUnimplemented, "this sandbox's template has no tar: " + error.message());
-    }
-    return std::unexpected(std::move(error));
-  }
+  auto result = RunTar(id, *channel, exec, tar);
+  if (!result) return std::unexpected(result.error());
   if (result->exit.exit_code != 0) {
     return Fail(ErrorCode::kInvalidArgument,
                 "tar in the sandbox could not unpack into " + path + ": " +

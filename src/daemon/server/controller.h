@@ -138,6 +138,9 @@ class Controller {
   // Recovery of one record; counts into `report`.
   void RecoverOne(const store::SandboxRecord& record, RecoveryReport& report);
   std::string Resolve(const std::string& path) const;
+  // Runs tar (ReadTar, WriteTar) in the sandbox; a template without tar is kUnimplemented.
+  Result<protocol::ExecResult> RunTar(const std::string& id, Channel& channel,
+                                      const protocol::Exec& exec, std::string_view stdin_data);
   // The entry for `path` (after a write or mkdir), named as a listing names it; gives the
   // channel back.
   Result<protocol::FileInfo> Describe(const std::string& id, Channel& channel,
