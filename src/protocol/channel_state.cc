@@ -13,7 +13,7 @@ std::unexpected<Error> Violation(uint32_t stream, const Message& msg, std::strin
 bool IsOpener(MsgType t) {
   return t == MsgType::kExec || t == MsgType::kFileWrite || t == MsgType::kFileRead ||
          t == MsgType::kStat || t == MsgType::kList || t == MsgType::kRemove ||
-         t == MsgType::kMkdir;
+         t == MsgType::kMkdir || t == MsgType::kAttach || t == MsgType::kProcList;
 }
 
 }  // namespace
@@ -61,12 +61,27 @@ Result<Verdict> ChannelState::FromDaemon(uint32_t stream, const Message& msg) {
     return Verdict::kAccept;
   }
   if (type != MsgType::kStdinData && type != MsgType::kStdinClose && type != MsgType::kSignal &&
-      type != MsgType::kResize && type != MsgType::kData && type != MsgType::kDataEnd) {
+      type != MsgType::kResize && type != MsgType::kData && type != MsgType::kDataEnd &&
+      type != MsgType::kDetach) {
     return Violation(stream, msg, "the daemon does not send this");
   }
   auto found = Find(stream, msg);
   if (!found) return std::unexpected(found.error());
   Stream* s = *found;
+  if (s && s->kind == Kind::kAttach) {
+    // What the process takes is known only to the agent (it drops input a closed stdin cannot
+    // take); the daemon only must not speak after detaching.
+    if (type == MsgType::kData || type == MsgType::kDataEnd) {
+      return Violation(stream, msg, "not a file_write stream");
+    }
+    if (s->detached) return Violation(stream, msg, "after detach");
+    if (type == MsgType::kDetach) s->detached = true;
+    return Verdict::kAccept;
+  }
+  if (type == MsgType::kDetach) {
+    if (!s) return Verdict::kLate;
+    return Violation(stream, msg, "not an attach stream");
+  }
   switch (type) {
     case MsgType::kStdinData:
     case MsgType::kStdinClose:
@@ -100,13 +115,23 @@ Result<Verdict> ChannelState::FromAgent(uint32_t stream, const Message& msg) {
     case MsgType::kStarted:
       if (s.kind != Kind::kExec || s.started) return Violation(stream, msg, "unexpected started");
       s.started = true;
+      close = s.background;
+      break;
+    case MsgType::kAttached:
+      if (s.kind != Kind::kAttach || s.started) return Violation(stream, msg, "unexpected attached");
+      s.started = true;
       break;
     case MsgType::kOutput:
     case MsgType::kExited:
-      if (s.kind != Kind::kExec || !s.started) {
-        return Violation(stream, msg, "not a started exec stream");
+    case MsgType::kDropped:
+      if ((s.kind != Kind::kExec && s.kind != Kind::kAttach) || !s.started ||
+          (type == MsgType::kDropped && s.kind != Kind::kAttach)) {
+        return Violation(stream, msg, "not a started exec or attach stream");
       }
       close = type == MsgType::kExited;
+      break;
+    case MsgType::kProcesses:
+      if (s.kind != Kind::kProcList) return Violation(stream, msg, "not a proc_list stream");
       break;
     case MsgType::kData:
       if (s.kind != Kind::kFileRead) return Violation(stream, msg, "not a file_read stream");
@@ -121,6 +146,9 @@ Result<Verdict> ChannelState::FromAgent(uint32_t stream, const Message& msg) {
     case MsgType::kDone:
       if (s.kind == Kind::kExec || s.kind == Kind::kStat) {
         return Violation(stream, msg, "this stream does not end with done");
+      }
+      if (s.kind == Kind::kAttach && !s.started) {
+        return Violation(stream, msg, "done before attached");
       }
       if (s.kind == Kind::kFileWrite && s.upload_open) {
         return Violation(stream, msg, "done before the upload ended");
@@ -145,8 +173,15 @@ void ChannelState::Open(uint32_t stream, const Message& msg) {
       s.kind = Kind::kExec;
       s.stdin_open = e.stdin_mode == StdinMode::kPipe;
       s.pty = e.pty;
+      s.background = e.background;
       break;
     }
+    case MsgType::kAttach:
+      s.kind = Kind::kAttach;
+      break;
+    case MsgType::kProcList:
+      s.kind = Kind::kProcList;
+      break;
     case MsgType::kFileWrite:
       s.kind = Kind::kFileWrite;
       s.upload_open = true;
@@ -186,6 +221,9 @@ void ChannelState::Send(uint32_t stream, const Message& msg) {
   if (type == MsgType::kExited || type == MsgType::kError || type == MsgType::kDone ||
       type == MsgType::kStatResult) {
     streams_.erase(stream);
+  } else if (type == MsgType::kStarted) {
+    auto it = streams_.find(stream);
+    if (it != streams_.end() && it->second.background) streams_.erase(it);
   }
 }
 

@@ -36,12 +36,14 @@ class ChannelState {
   bool IsOpen(uint32_t stream) const { return streams_.contains(stream); }
 
  private:
-  enum class Kind { kExec, kFileWrite, kFileRead, kStat, kList, kRemove, kMkdir };
+  enum class Kind { kExec, kFileWrite, kFileRead, kStat, kList, kRemove, kMkdir, kAttach, kProcList };
   struct Stream {
     Kind kind;
     bool stdin_open = false;   // exec with a stdin pipe the daemon has not closed
     bool pty = false;          // exec on a terminal
-    bool started = false;      // exec: the agent sent kStarted
+    bool started = false;      // exec: the agent sent kStarted; attach: kAttached
+    bool background = false;   // exec: kStarted closes the stream
+    bool detached = false;     // attach: the daemon sent kDetach
     bool upload_open = false;  // file write: the daemon has not sent kDataEnd
   };
 

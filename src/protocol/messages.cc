@@ -185,7 +185,24 @@ void Put(std::string& out, const Exec& m) {
   PutBool(out, m.pty);
   PutInt<uint16_t>(out, m.pty_rows);
   PutInt<uint16_t>(out, m.pty_cols);
+  PutBool(out, m.background);
+  PutInt<uint32_t>(out, m.ring_bytes);
 }
+void Put(std::string& out, const Attach& m) {
+  PutInt<int32_t>(out, m.pid);
+  PutInt<uint8_t>(out, static_cast<uint8_t>(m.output));
+  PutBool(out, m.follow);
+}
+void Put(std::string&, const Detach&) {}
+void Put(std::string& out, const Attached& m) {
+  PutInt<int32_t>(out, m.pid);
+  PutBool(out, m.background);
+  PutBool(out, m.pty);
+  PutBool(out, m.stdin_open);
+  PutBool(out, m.running);
+}
+void Put(std::string& out, const Dropped& m) { PutInt<uint64_t>(out, m.bytes); }
+void Put(std::string&, const ProcList&) {}
 void Put(std::string& out, const StdinData& m) { PutString(out, m.data); }
 void Put(std::string&, const StdinClose&) {}
 void Put(std::string& out, const Signal& m) { PutInt<int32_t>(out, m.signo); }
@@ -207,6 +224,20 @@ void Put(std::string& out, const Exited& m) {
   PutBool(out, m.oom_killed);
   PutInt<uint64_t>(out, m.stdout_bytes);
   PutInt<uint64_t>(out, m.stderr_bytes);
+}
+void Put(std::string& out, const Processes& m) {
+  PutInt<uint32_t>(out, static_cast<uint32_t>(m.processes.size()));
+  for (const auto& p : m.processes) {
+    PutInt<int32_t>(out, p.pid);
+    PutString(out, p.command);
+    PutBool(out, p.background);
+    PutBool(out, p.pty);
+    PutBool(out, p.stdin_open);
+    PutBool(out, p.running);
+    PutInt<int64_t>(out, p.started_unix_ms);
+    PutInt<int64_t>(out, p.ended_unix_ms);
+    Put(out, p.exit);
+  }
 }
 void Put(std::string& out, const FileWrite& m) {
   PutString(out, m.path);
@@ -260,7 +291,11 @@ Message ReadExec(Reader& r) {
   m.pty = r.Bool();
   m.pty_rows = r.Int<uint16_t>();
   m.pty_cols = r.Int<uint16_t>();
+  m.background = r.Bool();
+  m.ring_bytes = r.Int<uint32_t>();
   if (!r.ok()) return m;
+  if (m.ring_bytes > kMaxRingBytes) r.Fail("ring_bytes over the maximum");
+  if (m.ring_bytes && !m.background) r.Fail("ring_bytes given without background");
   if (m.argv.empty() == m.shell.empty()) r.Fail("exactly one of argv and shell must be set");
   for (const auto& a : m.argv) {
     if (HasNul(a)) r.Fail("argv entry contains a NUL byte");
@@ -303,6 +338,29 @@ Message ReadExited(Reader& r) {
   if (r.ok() && (m.term_signal < 0 || m.term_signal > 64)) r.Fail("signal out of range");
   if (r.ok() && (m.term_signal != 0) != (m.exit_code == -1)) {
     r.Fail("exactly one of exit code and signal must be set");
+  }
+  return m;
+}
+
+Message ReadProcesses(Reader& r) {
+  Processes m;
+  // The smallest encoded entry: pid, empty command, 4 bools, 2 times and an Exited (42 bytes).
+  constexpr size_t kMinEntry = 4 + 4 + 4 + 16 + 42;
+  uint32_t n = r.Count(kMaxPayload / kMinEntry, kMinEntry, "processes");
+  m.processes.reserve(n);
+  for (uint32_t i = 0; i < n && r.ok(); ++i) {
+    ProcessInfo p;
+    p.pid = r.Int<int32_t>();
+    p.command = r.String(kMaxCommandInfo, "command");
+    p.background = r.Bool();
+    p.pty = r.Bool();
+    p.stdin_open = r.Bool();
+    p.running = r.Bool();
+    p.started_unix_ms = r.Int<int64_t>();
+    p.ended_unix_ms = r.Int<int64_t>();
+    p.exit = std::get<Exited>(ReadExited(r));
+    if (r.ok() && p.pid <= 0) r.Fail("pid must be positive");
+    m.processes.push_back(std::move(p));
   }
   return m;
 }
@@ -405,6 +463,34 @@ Message Read(MsgType type, Reader& r) {
     }
     case MsgType::kDone:
       return Done{r.Int<uint64_t>()};
+    case MsgType::kAttach: {
+      Attach m;
+      m.pid = r.Int<int32_t>();
+      uint8_t output = r.Int<uint8_t>();
+      m.follow = r.Bool();
+      if (r.ok() && m.pid <= 0) r.Fail("pid must be positive");
+      if (r.ok() && output > 2) r.Fail("unknown attach output mode");
+      m.output = static_cast<AttachOutput>(output);
+      return m;
+    }
+    case MsgType::kDetach:
+      return Detach{};
+    case MsgType::kAttached: {
+      Attached m;
+      m.pid = r.Int<int32_t>();
+      m.background = r.Bool();
+      m.pty = r.Bool();
+      m.stdin_open = r.Bool();
+      m.running = r.Bool();
+      if (r.ok() && m.pid <= 0) r.Fail("pid must be positive");
+      return m;
+    }
+    case MsgType::kDropped:
+      return Dropped{r.Int<uint64_t>()};
+    case MsgType::kProcList:
+      return ProcList{};
+    case MsgType::kProcesses:
+      return ReadProcesses(r);
     case MsgType::kError:
       return ReadErrorMsg(r);
   }

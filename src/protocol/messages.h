@@ -56,7 +56,58 @@ struct Exec {
   bool pty = false;            // stdin/stdout/stderr on one terminal (output as stdout)
   uint16_t pty_rows = 0;
   uint16_t pty_cols = 0;
+  // The process belongs to the agent, not to this stream: kStarted answers and closes the stream,
+  // output goes to a ring of `ring_bytes` (0: the agent's default) that attachments read.
+  bool background = false;
+  uint32_t ring_bytes = 0;  // at most kMaxRingBytes
   bool operator==(const Exec&) const = default;
+};
+
+inline constexpr uint32_t kMaxRingBytes = 64u << 20;
+
+enum class AttachOutput : uint8_t {
+  kNone = 0,    // control only (stdin, signal, resize) and the exit
+  kReplay = 1,  // the ring's contents, then live output (background processes only)
+  kLive = 2,    // live output only (background processes only)
+};
+
+// Opens a stream on a process the agent started. Answered by kAttached (or kError: no such
+// process, or output asked of a foreground one). The stream then carries kStdinData,
+// kStdinClose, kSignal, kResize and kDetach from the daemon, and kOutput / kDropped from the
+// agent; it ends with kExited when the process ends, or kDone after kDetach, or kDone after the
+// replay when `follow` is false and the process still runs.
+struct Attach {
+  static constexpr MsgType kType = MsgType::kAttach;
+  int32_t pid = 0;
+  AttachOutput output = AttachOutput::kNone;
+  bool follow = true;
+  bool operator==(const Attach&) const = default;
+};
+
+struct Detach {
+  static constexpr MsgType kType = MsgType::kDetach;
+  bool operator==(const Detach&) const = default;
+};
+
+struct Attached {
+  static constexpr MsgType kType = MsgType::kAttached;
+  int32_t pid = 0;
+  bool background = false;
+  bool pty = false;
+  bool stdin_open = false;  // a pipe or terminal that takes kStdinData now
+  bool running = false;
+  bool operator==(const Attached&) const = default;
+};
+
+struct Dropped {
+  static constexpr MsgType kType = MsgType::kDropped;
+  uint64_t bytes = 0;
+  bool operator==(const Dropped&) const = default;
+};
+
+struct ProcList {
+  static constexpr MsgType kType = MsgType::kProcList;
+  bool operator==(const ProcList&) const = default;
 };
 
 struct StdinData {
@@ -109,6 +160,27 @@ struct Exited {
   uint64_t stdout_bytes = 0;  // produced, including any dropped
   uint64_t stderr_bytes = 0;
   bool operator==(const Exited&) const = default;
+};
+
+// One entry of the agent's process table.
+struct ProcessInfo {
+  int32_t pid = 0;
+  std::string command;  // the shell line or argv joined with spaces, at most kMaxCommandInfo
+  bool background = false;
+  bool pty = false;
+  bool stdin_open = false;
+  bool running = false;
+  int64_t started_unix_ms = 0;
+  int64_t ended_unix_ms = 0;  // 0 while running
+  Exited exit{.exit_code = 0};  // meaningful once !running
+  bool operator==(const ProcessInfo&) const = default;
+};
+inline constexpr size_t kMaxCommandInfo = 1024;
+
+struct Processes {
+  static constexpr MsgType kType = MsgType::kProcesses;
+  std::vector<ProcessInfo> processes;
+  bool operator==(const Processes&) const = default;
 };
 
 struct FileWrite {
@@ -208,7 +280,8 @@ struct ErrorMsg {
 
 using Message = std::variant<Hello, Ping, Pong, Exec, StdinData, StdinClose, Signal, Resize,
                              Started, Output, Exited, FileWrite, Data, DataEnd, FileRead, Stat,
-                             StatResult, List, Entries, Remove, Mkdir, Done, ErrorMsg>;
+                             StatResult, List, Entries, Remove, Mkdir, Done, ErrorMsg, Attach,
+                             Detach, Attached, Dropped, ProcList, Processes>;
 
 MsgType TypeOf(const Message& msg);
 

@@ -24,6 +24,18 @@ std::string_view MsgTypeName(MsgType type) {
       return "remove";
     case MsgType::kMkdir:
       return "mkdir";
+    case MsgType::kAttach:
+      return "attach";
+    case MsgType::kProcList:
+      return "proc_list";
+    case MsgType::kDetach:
+      return "detach";
+    case MsgType::kAttached:
+      return "attached";
+    case MsgType::kDropped:
+      return "dropped";
+    case MsgType::kProcesses:
+      return "processes";
     case MsgType::kStdinData:
       return "stdin_data";
     case MsgType::kStdinClose:

@@ -17,7 +17,7 @@
 
 namespace airlock::protocol {
 
-inline constexpr uint8_t kProtocolVersion = 1;
+inline constexpr uint8_t kProtocolVersion = 2;  // 2: background processes and attach
 inline constexpr size_t kHeaderSize = 12;
 // Largest payload either side may send or accept. Larger frames are a protocol error.
 inline constexpr uint32_t kMaxPayload = 1u << 20;
@@ -42,15 +42,21 @@ enum class MsgType : uint8_t {
   kList = 14,
   kRemove = 15,
   kMkdir = 16,
+  kAttach = 17,    // to a process by pid: control it, wait for it, read its output
+  kProcList = 18,  // the agent's process table
   // daemon -> agent on an open exec stream
   kStdinData = 20,
   kStdinClose = 21,
   kSignal = 22,
   kResize = 23,
+  kDetach = 24,  // on an attach stream: end it (answered with kDone)
   // agent -> daemon on an open exec stream
   kStarted = 30,
   kOutput = 31,
   kExited = 32,  // closes the stream
+  // agent -> daemon on an attach stream
+  kAttached = 33,  // first reply: what the process is
+  kDropped = 34,   // output overwritten in the ring before this attachment sent it
   // file data, either direction (upload: daemon -> agent; download: agent -> daemon)
   kData = 40,
   kDataEnd = 41,
@@ -58,6 +64,7 @@ enum class MsgType : uint8_t {
   kStatResult = 50,  // closes a kStat stream
   kEntries = 51,     // zero or more per kList stream, then kDone
   kDone = 52,        // closes a file stream with a count (bytes, entries)
+  kProcesses = 53,   // zero or more per kProcList stream, then kDone
   // agent -> daemon on a stream: the operation failed, the stream is closed.
   // Either side on stream 0: the channel is broken and is about to be closed.
   kError = 60,

@@ -294,7 +294,7 @@ Result<ExecRequest> ExecRequest::FromJson(std::string_view body) {
   AIRLOCK_TRY(RejectUnknownFields(
       doc, "request body",
       {"cmd", "argv", "cwd", "env", "stdin", "stdin_encoding", "timeout_seconds", "user",
-       "stream"}));
+       "stream", "background", "stdin_open", "pty"}));
   ExecRequest req;
   const bool has_cmd = doc.contains("cmd");
   const bool has_argv = doc.contains("argv");
@@ -362,9 +362,30 @@ Result<ExecRequest> ExecRequest::FromJson(std::string_view body) {
     AIRLOCK_TRY_ASSIGN(req.user, GetString(doc["user"], "user", kMaxUserBytes, false));
     AIRLOCK_TRY(ValidateUser(req.user));
   }
-  if (doc.contains("stream")) {
-    if (!doc["stream"].is_boolean()) return Invalid("stream must be true or false");
-    req.stream = doc["stream"].get<bool>();
+  for (auto [name, field] : {std::pair{"stream", &req.stream},
+                             std::pair{"background", &req.background},
+                             std::pair{"stdin_open", &req.stdin_open}}) {
+    if (!doc.contains(name)) continue;
+    if (!doc[name].is_boolean()) return Invalid(std::string(name) + " must be true or false");
+    *field = doc[name].get<bool>();
+  }
+  if (req.stream && req.background) return Invalid("give stream or background, not both");
+  req.timeout_given = doc.contains("timeout_seconds");
+  if (doc.contains("pty")) {
+    const json& pty = doc["pty"];
+    if (!pty.is_object()) return Invalid("pty must be an object {\"cols\", \"rows\"}");
+    AIRLOCK_TRY(RejectUnknownFields(pty, "pty", {"cols", "rows"}));
+    ExecRequest::Pty size;
+    for (auto [name, field] : {std::pair{"cols", &size.cols}, std::pair{"rows", &size.rows}}) {
+      if (!pty.contains(name)) continue;
+      const json& v = pty[name];
+      if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 1000) {
+        return Invalid(std::string("pty.") + name + " must be an integer in 1..1000, got " +
+                       Describe(v));
+      }
+      *field = static_cast<uint16_t>(v.get<int64_t>());
+    }
+    req.pty = size;
   }
   return req;
 }

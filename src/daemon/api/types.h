@@ -102,6 +102,13 @@ struct ExecRequest {
   double timeout_seconds = kDefaultTimeoutSeconds;
   std::string user;  // a user name or a numeric uid; empty: the sandbox's default user
   bool stream = false;  // answer with NDJSON events as they happen (render.h)
+  bool background = false;  // start and answer with the process entry at once (not with stream)
+  bool stdin_open = false;  // stdin stays a pipe after stdin_data, for later writes
+  struct Pty {
+    uint16_t cols = 80, rows = 24;  // 1..1000 each
+  };
+  std::optional<Pty> pty;  // run on a new terminal (stdout and stderr as one stream)
+  bool timeout_given = false;  // timeout_seconds was in the request (background: else none)
 
   bool is_shell() const { return !cmd.empty(); }
   [[nodiscard]] static Result<ExecRequest> FromJson(std::string_view body);

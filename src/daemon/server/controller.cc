@@ -477,6 +477,8 @@ class Controller::StreamingExec : public ExecStream {
         stream_(stream),
         silence_limit_(silence_limit) {}
 
+  int32_t pid() const override { return pid_; }
+
   std::optional<std::string> Next() override {
     while (!done_) {
       // Waits a second at a time, so that the server can check on its client between waits
@@ -522,6 +524,7 @@ class Controller::StreamingExec : public ExecStream {
   std::chrono::milliseconds silence_limit_;
   std::chrono::milliseconds silent_{0};
   bool done_ = false;
+  int32_t pid_ = 0;
 };
 
 Result<std::unique_ptr<ExecStream>> Controller::StartExec(const std::string& id,
@@ -546,6 +549,35 @@ Result<std::unique_ptr<ExecStream>> Controller::StartExec(const std::string& id,
     }
   }
   return std::make_unique<StreamingExec>(*this, id, std::move(*channel), *stream, silence_limit);
+}
+
+Result<protocol::ProcessInfo> Controller::StartBackground(const std::string&,
+                                                          const api::ExecRequest&) {
+  return Fail(ErrorCode::kUnimplemented, "not yet");
+}
+Result<std::vector<protocol::ProcessInfo>> Controller::ListProcesses(const std::string&) {
+  return Fail(ErrorCode::kUnimplemented, "not yet");
+}
+Result<protocol::ProcessInfo> Controller::GetProcess(const std::string&, int32_t) {
+  return Fail(ErrorCode::kUnimplemented, "not yet");
+}
+Result<protocol::ProcessInfo> Controller::SignalProcess(const std::string&, int32_t, int) {
+  return Fail(ErrorCode::kUnimplemented, "not yet");
+}
+Result<protocol::ProcessInfo> Controller::WriteProcessStdin(const std::string&, int32_t,
+                                                            std::string_view, bool) {
+  return Fail(ErrorCode::kUnimplemented, "not yet");
+}
+Result<protocol::ProcessInfo> Controller::WaitProcess(const std::string&, int32_t,
+                                                      std::chrono::milliseconds) {
+  return Fail(ErrorCode::kUnimplemented, "not yet");
+}
+Result<std::unique_ptr<ExecStream>> Controller::AttachOutput(const std::string&, int32_t, bool,
+                                                             bool) {
+  return Fail(ErrorCode::kUnimplemented, "not yet");
+}
+Result<std::unique_ptr<ProcessControl>> Controller::Control(const std::string&, int32_t) {
+  return Fail(ErrorCode::kUnimplemented, "not yet");
 }
 
 std::string Controller::Resolve(const std::string& path) const {

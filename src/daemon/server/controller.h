@@ -32,8 +32,27 @@ namespace airlock::daemon {
 class ExecStream {
  public:
   virtual ~ExecStream() = default;
-  // The next event as one NDJSON line (api/render.h), or nullopt after the last one.
+  // The next event as one NDJSON line (api/render.h), or nullopt after the last one. An empty
+  // string means nothing happened for a second (the caller may check on its client).
   virtual std::optional<std::string> Next() = 0;
+  // The process the events are about (inside the sandbox).
+  virtual int32_t pid() const = 0;
+};
+
+// Input to a process the agent started (any of its running ones): stdin, signals, terminal
+// size. Holds one agent channel (an attachment); dropping it detaches, the process runs on.
+// Calls block briefly (call them on the worker pool). Not thread-safe, but independent of any
+// ExecStream on the same process, so one thread may read events while another gives input.
+class ProcessControl {
+ public:
+  virtual ~ProcessControl() = default;
+  virtual const protocol::Attached& info() const = 0;
+  // kFailedPrecondition when the process's stdin is not open (any more).
+  virtual Status WriteStdin(std::string_view data) = 0;
+  virtual Status CloseStdin() = 0;
+  virtual Status Signal(int signo) = 0;
+  // kFailedPrecondition without a terminal.
+  virtual Status Resize(uint16_t cols, uint16_t rows) = 0;
 };
 
 // The API's view of a finished command.
@@ -92,6 +111,29 @@ class Controller {
   // the command exists are returned like Exec's.
   [[nodiscard]] Result<std::unique_ptr<ExecStream>> StartExec(const std::string& id,
                                                               const api::ExecRequest& request);
+
+  // Processes (docs/design/processes.md). Unknown pids are kNotFound.
+  // Starts a background command ("background": true) and returns its entry at once.
+  [[nodiscard]] Result<protocol::ProcessInfo> StartBackground(const std::string& id,
+                                                              const api::ExecRequest& request);
+  [[nodiscard]] Result<std::vector<protocol::ProcessInfo>> ListProcesses(const std::string& id);
+  [[nodiscard]] Result<protocol::ProcessInfo> GetProcess(const std::string& id, int32_t pid);
+  // Signals the process's group; the entry after.
+  [[nodiscard]] Result<protocol::ProcessInfo> SignalProcess(const std::string& id, int32_t pid,
+                                                            int signo);
+  [[nodiscard]] Result<protocol::ProcessInfo> WriteProcessStdin(const std::string& id, int32_t pid,
+                                                                std::string_view data, bool close);
+  // Until the process ends or `timeout` passes; the entry either way.
+  [[nodiscard]] Result<protocol::ProcessInfo> WaitProcess(const std::string& id, int32_t pid,
+                                                          std::chrono::milliseconds timeout);
+  // A background process's output as events: the ring's contents (`replay`), then, with
+  // `follow`, live output until "exit". Without follow it ends after the replay ("exit" first if
+  // the process has ended). Dropping the stream detaches; the process runs on.
+  [[nodiscard]] Result<std::unique_ptr<ExecStream>> AttachOutput(const std::string& id,
+                                                                 int32_t pid, bool replay,
+                                                                 bool follow);
+  [[nodiscard]] Result<std::unique_ptr<ProcessControl>> Control(const std::string& id,
+                                                                int32_t pid);
 
   // Files, through the agent (confined to the sandbox's root). Paths that are not absolute are
   // taken from the default user's home directory.

@@ -236,16 +236,16 @@ struct BadHeader {
 TEST(FrameDecoderTest, BadHeadersAreRejectedAndSticky) {
   const uint8_t ping = static_cast<uint8_t>(MsgType::kPing);
   const BadHeader kCases[] = {
-      {"version 2", Header(8, 2, ping, 0, 0), "protocol version 2, expected 1"},
-      {"version 0", Header(8, 0, ping, 0, 0), "protocol version 0, expected 1"},
+      {"version 3", Header(8, 3, ping, 0, 0), "protocol version 3, expected 2"},
+      {"version 1", Header(8, 1, ping, 0, 0), "protocol version 1, expected 2"},
       {"version 255", Header(8, 255, ping, 0, 0), "protocol version 255"},
-      {"type 0", Header(0, 1, 0, 0, 0), "unknown type 0"},
-      {"type 9", Header(0, 1, 9, 0, 0), "unknown type 9"},
-      {"type 42", Header(0, 1, 42, 0, 0), "unknown type 42"},
-      {"type 255", Header(0, 1, 255, 0, 0), "unknown type 255"},
-      {"flags 1", Header(8, 1, ping, 1, 0), "reserved flags"},
-      {"flags 0x8000", Header(8, 1, ping, 0x8000, 0), "reserved flags"},
-      {"flags 0x0100", Header(8, 1, ping, 0x0100, 0), "reserved flags"},
+      {"type 0", Header(0, kProtocolVersion, 0, 0, 0), "unknown type 0"},
+      {"type 9", Header(0, kProtocolVersion, 9, 0, 0), "unknown type 9"},
+      {"type 42", Header(0, kProtocolVersion, 42, 0, 0), "unknown type 42"},
+      {"type 255", Header(0, kProtocolVersion, 255, 0, 0), "unknown type 255"},
+      {"flags 1", Header(8, kProtocolVersion, ping, 1, 0), "reserved flags"},
+      {"flags 0x8000", Header(8, kProtocolVersion, ping, 0x8000, 0), "reserved flags"},
+      {"flags 0x0100", Header(8, kProtocolVersion, ping, 0x0100, 0), "reserved flags"},
   };
   for (const auto& c : kCases) {
     SCOPED_TRACE(c.name);

@@ -166,6 +166,8 @@ std::vector<Sample> Samples() {
                    .Bool(true)
                    .U16(24)
                    .U16(80)
+                   .Bool(false)
+                   .U32(0)
                    .str()});
   s.push_back({Exec{.shell = "echo $HOME | wc -c",
                     .user = "1000",
@@ -185,7 +187,64 @@ std::vector<Sample> Samples() {
                    .Bool(false)
                    .U16(0)
                    .U16(0)
+                   .Bool(false)
+                   .U32(0)
                    .str()});
+  s.push_back({Exec{.argv = {"server"}, .background = true, .ring_bytes = 1 << 20},
+               Bytes()
+                   .U32(1)
+                   .Str("server")
+                   .Str("")
+                   .Str("")
+                   .U32(0)
+                   .Str("")
+                   .U8(0)
+                   .U64(0)
+                   .U64(0)
+                   .U32(0)
+                   .Bool(false)
+                   .U16(0)
+                   .U16(0)
+                   .Bool(true)
+                   .U32(1 << 20)
+                   .str()});
+  s.push_back({Attach{.pid = 77, .output = AttachOutput::kReplay, .follow = false},
+               Bytes().I32(77).U8(1).Bool(false).str()});
+  s.push_back({Attach{.pid = 1, .output = AttachOutput::kNone, .follow = true},
+               Bytes().I32(1).U8(0).Bool(true).str()});
+  s.push_back({Detach{}, ""});
+  s.push_back({Attached{.pid = 9, .background = true, .pty = false, .stdin_open = true,
+                        .running = true},
+               Bytes().I32(9).Bool(true).Bool(false).Bool(true).Bool(true).str()});
+  s.push_back({Dropped{12345}, Bytes().U64(12345).str()});
+  s.push_back({ProcList{}, ""});
+  s.push_back({Processes{{ProcessInfo{.pid = 5,
+                                      .command = "sleep 100",
+                                      .background = true,
+                                      .pty = true,
+                                      .stdin_open = false,
+                                      .running = false,
+                                      .started_unix_ms = 1700000000000,
+                                      .ended_unix_ms = 1700000000500,
+                                      .exit = Exited{.exit_code = -1, .term_signal = 15}}}},
+               Bytes()
+                   .U32(1)
+                   .I32(5)
+                   .Str("sleep 100")
+                   .Bool(true)
+                   .Bool(true)
+                   .Bool(false)
+                   .Bool(false)
+                   .U64(1700000000000)
+                   .U64(1700000000500)
+                   .I32(-1)
+                   .I32(15)
+                   .U64(0)
+                   .Raw(std::string(3, '\0'))
+                   .U64(0)
+                   .U64(0)
+                   .str()});
+  s.push_back({Processes{}, Bytes().U32(0).str()});
   const std::string binary("line\n\0\xff\x80", 8);
   s.push_back({StdinData{binary}, Bytes().Str(binary).str()});
   s.push_back({StdinClose{}, ""});
@@ -282,6 +341,12 @@ TEST(MessagesTest, TypeNumbersAndNames) {
       {MsgType::kList, 14, "list"},
       {MsgType::kRemove, 15, "remove"},
       {MsgType::kMkdir, 16, "mkdir"},
+      {MsgType::kAttach, 17, "attach"},
+      {MsgType::kProcList, 18, "proc_list"},
+      {MsgType::kDetach, 24, "detach"},
+      {MsgType::kAttached, 33, "attached"},
+      {MsgType::kDropped, 34, "dropped"},
+      {MsgType::kProcesses, 53, "processes"},
       {MsgType::kStdinData, 20, "stdin_data"},
       {MsgType::kStdinClose, 21, "stdin_close"},
       {MsgType::kSignal, 22, "signal"},
@@ -314,7 +379,7 @@ TEST(MessagesTest, HeaderLayout) {
   std::string frame = EncodeFrame(0x01020304, Ping{0x1122334455667788ull});
   const std::string expected = Bytes()
                                    .U32(8)           // payload length
-                                   .U8(1)            // version
+                                   .U8(kProtocolVersion)  // version
                                    .U8(2)            // type: ping
                                    .U16(0)           // flags
                                    .U32(0x01020304)  // stream
@@ -480,7 +545,7 @@ TEST(MessagesTest, TrailingBytesAreRejected) {
 }
 
 TEST(MessagesTest, UnknownTypeIsRejected) {
-  for (int t : {0, 4, 9, 24, 42, 61, 255}) {
+  for (int t : {0, 4, 9, 25, 42, 61, 255}) {
     auto r = DecodeMessage(static_cast<MsgType>(t), "");
     ASSERT_FALSE(r.has_value()) << t;
     EXPECT_EQ(r.error().code(), ErrorCode::kProtocol);
