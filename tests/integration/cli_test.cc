@@ -5,7 +5,10 @@
 // The Cp* tests need the files API (PUT/GET .../files, .../files/list, .../files/tar). Until the
 // daemon implements it, it answers 501 and those tests fail with "unimplemented".
 
+#include <pty.h>
 #include <signal.h>
+#include <sys/ioctl.h>
+#include <termios.h>
 
 #include <algorithm>
 #include <fstream>
@@ -356,6 +359,16 @@ TEST_F(CliTest, UsageErrorsExit2) {
       {"cp", "a", "b"},
       {"cp", "sbx-a:/x", "sbx-b:/y"},
       {"rm"},
+      {"exec", "-x", "sbx-aaaaaaaaaaaaaaaa", "true"},
+      {"exec", "-it", "--stdin", "sbx-aaaaaaaaaaaaaaaa", "true"},
+      {"--json", "exec", "-it", "sbx-aaaaaaaaaaaaaaaa", "true"},
+      {"ps"},
+      {"ps", "sbx-a", "sbx-b"},
+      {"kill", "sbx-aaaaaaaaaaaaaaaa"},
+      {"kill", "sbx-aaaaaaaaaaaaaaaa", "12x"},
+      {"kill", "sbx-aaaaaaaaaaaaaaaa", "12", "-s"},
+      {"attach", "sbx-aaaaaaaaaaaaaaaa"},
+      {"attach", "sbx-aaaaaaaaaaaaaaaa", "-5"},
   };
   for (const auto& args : cases) {
     ProcessResult r = Cli(args);
@@ -373,7 +386,8 @@ TEST_F(CliTest, HelpAndVersion) {
   ProcessResult help = Cli({"--help"});
   EXPECT_EQ(help.exit_code(), 0);
   for (const char* command :
-       {"create", "ls", "inspect", "exec", "run", "cp", "rm", "pause", "resume", "version"}) {
+       {"create", "ls", "inspect", "exec", "run", "cp", "rm", "ps", "attach", "kill", "pause",
+        "resume", "version"}) {
     EXPECT_NE(help.out.find(std::string("  ") + command + " "), std::string::npos) << command;
     ProcessResult own = Cli({command, "--help"});
     EXPECT_EQ(own.exit_code(), 0) << command;
@@ -522,6 +536,208 @@ TEST_F(CliTest, CpFromTheSandboxDropsSetIdBits) {
   EXPECT_EQ(p & (fs::perms::set_uid | fs::perms::set_gid), fs::perms::none);
   EXPECT_NE(p & fs::perms::owner_exec, fs::perms::none);
   EXPECT_EQ(fs::file_size(local / "plain"), 2u);
+}
+
+}  // namespace
+
+namespace {
+
+// ---- processes: exec -d / -i / -it, ps, attach, kill --------------------------------------
+
+// The process object of `pid` in `airlock --json ps ID`, or null.
+json PsEntry(const ProcessResult& ps, int64_t pid) {
+  const json list = json::parse(ps.out, nullptr, false);
+  if (!list.is_array()) return json();
+  for (const json& p : list) {
+    if (p.value("pid", int64_t{0}) == pid) return p;
+  }
+  return json();
+}
+
+TEST_F(CliTest, ExecDetachPsKill) {
+  const std::string id = CliCreate();
+  ASSERT_FALSE(id.empty());
+  ProcessResult started = Cli({"exec", "-d", id, "--", "sleep", "1000"});
+  ASSERT_EQ(started.exit_code(), 0) << started.err;
+  ASSERT_TRUE(std::regex_match(started.out, std::regex("[0-9]+\n"))) << started.out;
+  const std::string pid = started.out.substr(0, started.out.size() - 1);
+  ProcessResult started_json = Cli({"--json", "exec", "-d", id, "--", "sleep", "1001"});
+  ASSERT_EQ(started_json.exit_code(), 0) << started_json.err;
+  const json second = json::parse(started_json.out, nullptr, false);
+  ASSERT_TRUE(second.is_object()) << started_json.out;
+  EXPECT_EQ(second["state"], "running");
+  EXPECT_EQ(second["background"], true);
+  const std::string pid2 = std::to_string(second["pid"].get<int64_t>());
+
+  ProcessResult ps = Cli({"ps", id});
+  ASSERT_EQ(ps.exit_code(), 0) << ps.err;
+  EXPECT_TRUE(std::regex_search(ps.out, std::regex("^PID +STATE +STARTED +EXIT +COMMAND\n")))
+      << ps.out;
+  EXPECT_TRUE(std::regex_search(ps.out, std::regex("\n" + pid + " +running +20[0-9-]+T[^ ]+ +- +"
+                                                   "sleep 1000\n")))
+      << ps.out;
+  ProcessResult ps_json = Cli({"--json", "ps", id});
+  ASSERT_EQ(ps_json.exit_code(), 0) << ps_json.err;
+  const json entry = PsEntry(ps_json, std::stoll(pid));
+  ASSERT_TRUE(entry.is_object()) << ps_json.out;
+  EXPECT_EQ(entry["command"], "sleep 1000");
+  EXPECT_EQ(entry["state"], "running");
+
+  // kill: TERM unless told; then the process is listed as ended by it.
+  ProcessResult killed = Cli({"kill", id, pid});
+  EXPECT_EQ(killed.exit_code(), 0) << killed.err;
+  EXPECT_TRUE(killed.out.empty()) << killed.out;
+  ProcessResult by_name = Cli({"kill", "-s", "KILL", id, pid2});
+  EXPECT_EQ(by_name.exit_code(), 0) << by_name.err;
+  json first_end, second_end;
+  for (int i = 0; i < 600; ++i) {
+    ProcessResult now = Cli({"--json", "ps", id});
+    first_end = PsEntry(now, std::stoll(pid));
+    second_end = PsEntry(now, std::stoll(pid2));
+    if (first_end.value("state", "") == "exited" && second_end.value("state", "") == "exited") {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(first_end.value("signal", json()), 15) << first_end;
+  EXPECT_EQ(second_end.value("signal", json()), 9) << second_end;
+  ProcessResult table = Cli({"ps", id});
+  EXPECT_TRUE(std::regex_search(table.out, std::regex("\n" + pid + " +exited +[^ ]+ +signal 15 +"
+                                                      "sleep 1000\n")))
+      << table.out;
+
+  ProcessResult bad_signal = Cli({"kill", "-s", "BOGUS", id, pid});
+  EXPECT_EQ(bad_signal.exit_code(), 1);
+  EXPECT_TRUE(IsOneLine(bad_signal.err)) << bad_signal.err;
+  EXPECT_TRUE(bad_signal.err.starts_with("airlock: invalid_argument: ")) << bad_signal.err;
+  ProcessResult unknown = Cli({"kill", id, "4000000"});
+  EXPECT_EQ(unknown.exit_code(), 1);
+  EXPECT_TRUE(unknown.err.starts_with("airlock: not_found: ")) << unknown.err;
+}
+
+TEST_F(CliTest, AttachShowsOutputTakesInputAndExitsWithTheCode) {
+  const std::string id = CliCreate();
+  ASSERT_FALSE(id.empty());
+  ProcessResult started =
+      Cli({"exec", "-d", "-i", id, "--", "sh", "-c", "echo one; read x; echo two $x; exit 4"});
+  ASSERT_EQ(started.exit_code(), 0) << started.err;
+  const std::string pid = started.out.substr(0, started.out.size() - 1);
+  ASSERT_FALSE(pid.empty());
+  // Input ends with our stdin's end: the process's stdin stays open, and the attach lasts until
+  // the process ends.
+  ProcessResult attached = Cli({"attach", id, pid}, "hello\n");
+  EXPECT_EQ(attached.exit_code(), 4) << attached.err;
+  EXPECT_EQ(attached.out, "one\ntwo hello\n");
+  // Attaching after the end: the output it left, and its code.
+  ProcessResult again = Cli({"attach", id, pid});
+  EXPECT_EQ(again.exit_code(), 4) << again.err;
+  EXPECT_EQ(again.out, "one\ntwo hello\n");
+  ProcessResult no_replay = Cli({"attach", "--no-replay", id, pid});
+  EXPECT_EQ(no_replay.exit_code(), 4) << no_replay.err;
+  EXPECT_EQ(no_replay.out, "");
+
+  ProcessResult unknown = Cli({"attach", id, "4000000"});
+  EXPECT_EQ(unknown.exit_code(), 1);
+  EXPECT_TRUE(IsOneLine(unknown.err)) << unknown.err;
+  EXPECT_TRUE(unknown.err.starts_with("airlock: not_found: ")) << unknown.err;
+}
+
+TEST_F(CliTest, ExecInteractiveWithoutATerminal) {
+  const std::string id = CliCreate();
+  ASSERT_FALSE(id.empty());
+  // Our stdin goes over as it comes; its end closes the command's stdin, so cat ends.
+  ProcessResult r = Cli({"exec", "-i", id, "--", "sh", "-c", "cat; echo err >&2; exit 6"},
+                        "abc\n\x01\xff");
+  EXPECT_EQ(r.exit_code(), 6) << r.err;
+  EXPECT_EQ(r.out, "abc\n\x01\xff");
+  EXPECT_EQ(r.err, "err\n");
+}
+
+// `airlock exec -it` with its stdin, stdout and stderr on a pseudo-terminal made here: the test
+// types into the master side as a person would into a terminal.
+TEST_F(CliTest, ExecItRunsOnATerminal) {
+  const std::string id = CliCreate();
+  ASSERT_FALSE(id.empty());
+  int master = -1, slave = -1;
+  winsize size{};
+  size.ws_row = 30;
+  size.ws_col = 100;
+  ASSERT_EQ(::openpty(&master, &slave, nullptr, nullptr, &size), 0) << std::strerror(errno);
+  // Built before the fork: the child of a threaded process must not allocate.
+  std::vector<std::string> args = {AIRLOCK_CLI_PATH, "exec", "-it", id,
+                                   "--", "bash", "--norc", "--noprofile"};
+  std::vector<std::string> env = {"AIRLOCK_URL=" + Url(), "AIRLOCK_API_KEY=" + daemon_->key(),
+                                  "PATH=/usr/bin:/bin"};
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::setsid();
+    ::ioctl(slave, TIOCSCTTY, 0);
+    for (int fd : {0, 1, 2}) ::dup2(slave, fd);
+    ::close(master);
+    ::close(slave);
+    ::execve(argv[0], argv.data(), envp.data());
+    ::_exit(127);
+  }
+  ASSERT_GT(child, 0);
+  std::string screen;
+  int status = -1;
+  bool exited = false;
+  // Reads what the terminal shows until `needle` appears (or the CLI exits, or time is up).
+  auto read_until = [&](const std::string& needle, size_t from) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (screen.find(needle, from) == std::string::npos) {
+      if (!exited && ::waitpid(child, &status, WNOHANG) == child) exited = true;
+      pollfd pfd{master, POLLIN, 0};
+      if (::poll(&pfd, 1, 100) > 0) {
+        char buf[4096];
+        ssize_t n = ::read(master, buf, sizeof buf);
+        if (n > 0) screen.append(buf, static_cast<size_t>(n));
+        continue;
+      }
+      if (exited || std::chrono::steady_clock::now() > deadline) return false;
+    }
+    return true;
+  };
+  auto type = [&](const std::string& text) {
+    ASSERT_EQ(::write(master, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  };
+  // Only the shell's answer holds "42" (the echo of what was typed shows "$((40+2))").
+  type("echo $((40+2))\n");
+  EXPECT_TRUE(read_until("42\r\n", 0)) << screen;
+  // The session is under way: this terminal is raw (no line editing or echo of its own).
+  termios during{};
+  ASSERT_EQ(::tcgetattr(slave, &during), 0);
+  EXPECT_EQ(during.c_lflag & (ICANON | ECHO), 0u) << "not in raw mode";
+  // The remote terminal has this one's size, and the exit code comes through.
+  const size_t mark = screen.size();
+  type("stty size; exit 5\n");
+  EXPECT_TRUE(read_until("30 100\r\n", mark)) << screen;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!exited && std::chrono::steady_clock::now() < deadline) {
+    if (::waitpid(child, &status, WNOHANG) == child) {
+      exited = true;
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  if (!exited) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, &status, 0);
+  }
+  EXPECT_TRUE(exited) << "airlock exec -it did not end after exit; screen:\n" << screen;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 5) << "status " << status << "\n"
+                                                             << screen;
+  // The terminal is as it was.
+  termios after{};
+  ASSERT_EQ(::tcgetattr(slave, &after), 0);
+  EXPECT_EQ(after.c_lflag & (ICANON | ECHO), static_cast<tcflag_t>(ICANON | ECHO));
+  ::close(master);
+  ::close(slave);
 }
 
 }  // namespace
