@@ -115,6 +115,39 @@ struct ExecRequest {
   [[nodiscard]] static Result<ExecRequest> FromJson(std::string_view body);
 };
 
+// A signal as the API takes it (processes/{pid}/signal, the WebSocket "signal" message): a
+// name with or without "SIG", in any case ("TERM", "SIGINT", "sigterm"), or a JSON integer
+// 1..64. `field` names it in errors.
+[[nodiscard]] Result<int> ParseSignal(const nlohmann::json& value,
+                                      std::string_view field = "signal");
+
+// POST .../processes/{pid}/signal: {"signal"}.
+struct SignalRequest {
+  int signo = 0;
+  [[nodiscard]] static Result<SignalRequest> FromJson(std::string_view body);
+};
+
+// POST .../processes/{pid}/stdin: {"data"?, "encoding"?: "utf-8" | "base64", "close"?}.
+struct StdinRequest {
+  std::string data;  // decoded; at most kMaxStdinBytes
+  bool close = false;
+  [[nodiscard]] static Result<StdinRequest> FromJson(std::string_view body);
+};
+
+// POST .../processes/{pid}/wait: {"timeout_seconds"?} (an empty body takes the default).
+inline constexpr double kDefaultWaitSeconds = 30;
+inline constexpr double kMaxWaitSeconds = 3600;
+struct WaitRequest {
+  double timeout_seconds = kDefaultWaitSeconds;
+  [[nodiscard]] static Result<WaitRequest> FromJson(std::string_view body);
+};
+
+// GET .../processes/{pid}/output?follow=true|false
+struct OutputQuery {
+  bool follow = false;
+  [[nodiscard]] static Result<OutputQuery> FromQuery(const QueryParams& params);
+};
+
 // "KEY=VALUE" strings, as runtime::SandboxSpec and the agent protocol take them.
 std::vector<std::string> EnvList(const EnvMap& env);
 
@@ -148,10 +181,6 @@ struct ListFilter {
   [[nodiscard]] static Result<ListFilter> FromQuery(const QueryParams& params);
   bool Matches(std::string_view sandbox_state, const Metadata& sandbox_metadata) const;
 };
-
-// A signal as the API takes it (processes/{pid}/signal, the WebSocket "signal" message): a
-// name with or without "SIG", in any case ("TERM", "SIGterm"), or a JSON integer 1..64.
-[[nodiscard]] Result<int> ParseSignal(const nlohmann::json& value);
 
 // The largest message a WebSocket client may send (text or binary); the server closes the
 // session (1009) past it.

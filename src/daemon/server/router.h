@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -60,6 +61,8 @@ class Router {
   HttpReply Dispatch(const HttpRequest& request);
   HttpReply Files(const HttpRequest& request, const std::string& id, std::string_view sub,
                   std::string_view raw_query);
+  HttpReply Processes(const HttpRequest& request, const std::string& id,
+                      std::span<const std::string_view> rest, std::string_view raw_query);
   HttpReply RenderMetrics();
 
   Controller& controller_;
