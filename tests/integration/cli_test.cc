@@ -653,91 +653,180 @@ TEST_F(CliTest, ExecInteractiveWithoutATerminal) {
   EXPECT_EQ(r.err, "err\n");
 }
 
-// `airlock exec -it` with its stdin, stdout and stderr on a pseudo-terminal made here: the test
-// types into the master side as a person would into a terminal.
+// The CLI with its stdin, stdout and stderr on a pseudo-terminal made here, as its controlling
+// terminal: the test types into the master side as a person would into a terminal, and keeps
+// the slave side open to look at its modes.
+class PtyCli {
+ public:
+  PtyCli() = default;
+  PtyCli(const PtyCli&) = delete;
+  ~PtyCli() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    for (int fd : {master_, slave_}) {
+      if (fd >= 0) ::close(fd);
+    }
+  }
+
+  ::testing::AssertionResult Start(const std::vector<std::string>& cli_args,
+                                   const std::map<std::string, std::string>& env) {
+    winsize size{};
+    size.ws_row = 30;
+    size.ws_col = 100;
+    if (::openpty(&master_, &slave_, nullptr, nullptr, &size) != 0) {
+      return ::testing::AssertionFailure() << "openpty: " << std::strerror(errno);
+    }
+    // Built before the fork: the child of a threaded process must not allocate.
+    std::vector<std::string> args = {AIRLOCK_CLI_PATH};
+    args.insert(args.end(), cli_args.begin(), cli_args.end());
+    std::vector<std::string> env_strings = {"PATH=/usr/bin:/bin"};
+    for (const auto& [key, value] : env) env_strings.push_back(key + "=" + value);
+    std::vector<char*> argv, envp;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    for (auto& e : env_strings) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::setsid();
+      ::ioctl(slave_, TIOCSCTTY, 0);
+      for (int fd : {0, 1, 2}) ::dup2(slave_, fd);
+      ::close(master_);
+      ::close(slave_);
+      ::execve(argv[0], argv.data(), envp.data());
+      ::_exit(127);
+    }
+    if (pid_ < 0) return ::testing::AssertionFailure() << "fork: " << std::strerror(errno);
+    return ::testing::AssertionSuccess();
+  }
+
+  void Type(const std::string& text) {
+    ASSERT_EQ(::write(master_, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  }
+
+  // Reads what the terminal shows until `needle` appears after `from` (true), or the CLI exits
+  // or two minutes pass (false).
+  bool ReadUntil(const std::string& needle, size_t from = 0) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (screen_.find(needle, from) == std::string::npos) {
+      pollfd pfd{master_, POLLIN, 0};
+      if (::poll(&pfd, 1, 100) > 0) {
+        char buf[4096];
+        ssize_t n = ::read(master_, buf, sizeof buf);
+        if (n > 0) screen_.append(buf, static_cast<size_t>(n));
+        continue;
+      }
+      if (Exited() || std::chrono::steady_clock::now() > deadline) return false;
+    }
+    return true;
+  }
+
+  // The CLI's exit code once it has ended (-1 if a signal ended it, or it had to be killed
+  // after two minutes).
+  int Wait() {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (!Exited() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (!Exited()) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, &status_, 0);
+      pid_ = -1;
+      return -1;
+    }
+    return WIFEXITED(status_) ? WEXITSTATUS(status_) : -1;
+  }
+
+  void Signal(int signo) { ::kill(pid_, signo); }
+
+  // The terminal's local modes (ICANON, ECHO, ...).
+  tcflag_t LocalModes() const {
+    termios t{};
+    return ::tcgetattr(slave_, &t) == 0 ? t.c_lflag : 0;
+  }
+  const std::string& screen() const { return screen_; }
+
+ private:
+  bool Exited() {
+    if (pid_ > 0 && ::waitpid(pid_, &status_, WNOHANG) == pid_) pid_ = -1;
+    return pid_ <= 0;
+  }
+
+  int master_ = -1, slave_ = -1;
+  pid_t pid_ = -1;
+  int status_ = -1;
+  std::string screen_;
+};
+
 TEST_F(CliTest, ExecItRunsOnATerminal) {
   const std::string id = CliCreate();
   ASSERT_FALSE(id.empty());
-  int master = -1, slave = -1;
-  winsize size{};
-  size.ws_row = 30;
-  size.ws_col = 100;
-  ASSERT_EQ(::openpty(&master, &slave, nullptr, nullptr, &size), 0) << std::strerror(errno);
-  // Built before the fork: the child of a threaded process must not allocate.
-  std::vector<std::string> args = {AIRLOCK_CLI_PATH, "exec", "-it", id,
-                                   "--", "bash", "--norc", "--noprofile"};
-  std::vector<std::string> env = {"AIRLOCK_URL=" + Url(), "AIRLOCK_API_KEY=" + daemon_->key(),
-                                  "PATH=/usr/bin:/bin"};
-  std::vector<char*> argv, envp;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  const pid_t child = ::fork();
-  if (child == 0) {
-    ::setsid();
-    ::ioctl(slave, TIOCSCTTY, 0);
-    for (int fd : {0, 1, 2}) ::dup2(slave, fd);
-    ::close(master);
-    ::close(slave);
-    ::execve(argv[0], argv.data(), envp.data());
-    ::_exit(127);
-  }
-  ASSERT_GT(child, 0);
-  std::string screen;
-  int status = -1;
-  bool exited = false;
-  // Reads what the terminal shows until `needle` appears (or the CLI exits, or time is up).
-  auto read_until = [&](const std::string& needle, size_t from) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-    while (screen.find(needle, from) == std::string::npos) {
-      if (!exited && ::waitpid(child, &status, WNOHANG) == child) exited = true;
-      pollfd pfd{master, POLLIN, 0};
-      if (::poll(&pfd, 1, 100) > 0) {
-        char buf[4096];
-        ssize_t n = ::read(master, buf, sizeof buf);
-        if (n > 0) screen.append(buf, static_cast<size_t>(n));
-        continue;
-      }
-      if (exited || std::chrono::steady_clock::now() > deadline) return false;
-    }
-    return true;
-  };
-  auto type = [&](const std::string& text) {
-    ASSERT_EQ(::write(master, text.data(), text.size()), static_cast<ssize_t>(text.size()));
-  };
+  PtyCli cli;
+  ASSERT_TRUE(cli.Start({"exec", "-it", id, "--", "bash", "--norc", "--noprofile"}, Env()));
   // Only the shell's answer holds "42" (the echo of what was typed shows "$((40+2))").
-  type("echo $((40+2))\n");
-  EXPECT_TRUE(read_until("42\r\n", 0)) << screen;
+  cli.Type("echo $((40+2))\n");
+  ASSERT_TRUE(cli.ReadUntil("42\r\n")) << cli.screen();
   // The session is under way: this terminal is raw (no line editing or echo of its own).
-  termios during{};
-  ASSERT_EQ(::tcgetattr(slave, &during), 0);
-  EXPECT_EQ(during.c_lflag & (ICANON | ECHO), 0u) << "not in raw mode";
+  EXPECT_EQ(cli.LocalModes() & (ICANON | ECHO), 0u) << "not in raw mode";
   // The remote terminal has this one's size, and the exit code comes through.
-  const size_t mark = screen.size();
-  type("stty size; exit 5\n");
-  EXPECT_TRUE(read_until("30 100\r\n", mark)) << screen;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (!exited && std::chrono::steady_clock::now() < deadline) {
-    if (::waitpid(child, &status, WNOHANG) == child) {
-      exited = true;
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
-  if (!exited) {
-    ::kill(child, SIGKILL);
-    ::waitpid(child, &status, 0);
-  }
-  EXPECT_TRUE(exited) << "airlock exec -it did not end after exit; screen:\n" << screen;
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 5) << "status " << status << "\n"
-                                                             << screen;
+  const size_t mark = cli.screen().size();
+  cli.Type("stty size; exit 5\n");
+  EXPECT_TRUE(cli.ReadUntil("30 100\r\n", mark)) << cli.screen();
+  EXPECT_EQ(cli.Wait(), 5) << cli.screen();
   // The terminal is as it was.
-  termios after{};
-  ASSERT_EQ(::tcgetattr(slave, &after), 0);
-  EXPECT_EQ(after.c_lflag & (ICANON | ECHO), static_cast<tcflag_t>(ICANON | ECHO));
-  ::close(master);
-  ::close(slave);
+  EXPECT_EQ(cli.LocalModes() & (ICANON | ECHO), static_cast<tcflag_t>(ICANON | ECHO));
+}
+
+TEST_F(CliTest, ExecItRestoresTheTerminalOnSigterm) {
+  const std::string id = CliCreate();
+  ASSERT_FALSE(id.empty());
+  PtyCli cli;
+  ASSERT_TRUE(cli.Start({"exec", "-it", id, "--", "sh", "-c", "echo ready; exec sleep 304"}, Env()));
+  ASSERT_TRUE(cli.ReadUntil("ready\r\n")) << cli.screen();
+  ASSERT_EQ(cli.LocalModes() & (ICANON | ECHO), 0u) << "not in raw mode";
+  ASSERT_EQ(Cli({"exec", id, "--", "pgrep", "-f", "sleep [3]04"}).exit_code(), 0)
+      << "positive control: the command runs";
+  cli.Signal(SIGTERM);
+  EXPECT_EQ(cli.Wait(), 128 + SIGTERM) << cli.screen();
+  EXPECT_EQ(cli.LocalModes() & (ICANON | ECHO), static_cast<tcflag_t>(ICANON | ECHO));
+  // Leaving the session ended the command.
+  bool gone = false;
+  for (int i = 0; i < 600 && !gone; ++i) {
+    gone = Cli({"exec", id, "--", "pgrep", "-f", "sleep [3]04"}).exit_code() == 1;
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(gone) << "the command outlived the CLI";
+}
+
+TEST_F(CliTest, AttachOnATerminalAndDetachWithCtrlBracket) {
+  const std::string id = CliCreate();
+  ASSERT_FALSE(id.empty());
+  ProcessResult started =
+      Cli({"exec", "-dit", id, "--", "bash", "--norc", "--noprofile"});  // a shell for later
+  ASSERT_EQ(started.exit_code(), 0) << started.err;
+  const std::string pid = started.out.substr(0, started.out.size() - 1);
+  ASSERT_FALSE(pid.empty());
+  PtyCli cli;
+  ASSERT_TRUE(cli.Start({"attach", id, pid}, Env()));
+  cli.Type("echo $((40+2))\n");
+  ASSERT_TRUE(cli.ReadUntil("42\r\n")) << cli.screen();
+  EXPECT_EQ(cli.LocalModes() & (ICANON | ECHO), 0u) << "not in raw mode";
+  // Attaching gave the remote terminal this one's size.
+  const size_t mark = cli.screen().size();
+  cli.Type("stty size\n");
+  EXPECT_TRUE(cli.ReadUntil("30 100\r\n", mark)) << cli.screen();
+  cli.Type("\x1d");  // Ctrl-]
+  EXPECT_EQ(cli.Wait(), 0) << cli.screen();
+  EXPECT_EQ(cli.LocalModes() & (ICANON | ECHO), static_cast<tcflag_t>(ICANON | ECHO));
+  // Detached, not ended: the shell still runs, and still answers.
+  ProcessResult ps = Cli({"--json", "ps", id});
+  EXPECT_EQ(PsEntry(ps, std::stoll(pid)).value("state", ""), "running") << ps.out;
+  PtyCli again;
+  ASSERT_TRUE(again.Start({"attach", "--no-replay", id, pid}, Env()));
+  again.Type("exit 9\n");
+  EXPECT_EQ(again.Wait(), 9) << again.screen();
 }
 
 }  // namespace

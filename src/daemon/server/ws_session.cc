@@ -113,20 +113,21 @@ class ProcessInput {
       case api::WsClientMessage::Type::kStdin:
         // The client's own mistakes are refused here; the agent's answer below may also come
         // from the process ending meanwhile, which is not the client's fault.
-        if (!info.stdin_open) {
-          return Fail(ErrorCode::kFailedPrecondition,
-                      "stdin of " + what + " is not open (start it with a pty or stdin_open)");
-        }
         if (stdin_closed_) {
           return Fail(ErrorCode::kFailedPrecondition,
                       "stdin of " + what + " was closed by an earlier stdin_close");
+        }
+        if (!info.stdin_open) {
+          return Fail(ErrorCode::kFailedPrecondition,
+                      "stdin of " + what + " is not open (start it with a pty or stdin_open)");
         }
         if (msg.data.empty()) return {};
         st = control_->WriteStdin(msg.data);
         break;
       case api::WsClientMessage::Type::kStdinClose:
-        if (stdin_closed_ || !info.stdin_open) return {};
+        if (stdin_closed_) return {};
         stdin_closed_ = true;
+        if (!info.stdin_open) return {};
         st = control_->CloseStdin();
         break;
       case api::WsClientMessage::Type::kSignal:
