@@ -3,6 +3,9 @@
 // drives them. Needs root (the jail engine); skips otherwise. No timing is asserted: waits are
 // bounded by generous deadlines, and a test fails only when what it waits for never comes.
 
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <regex>
 
 #include "client/ws_client.h"
@@ -461,6 +464,37 @@ TEST_F(WsTest, AttachGivesInputAndLeavingOnlyDetaches) {
   ASSERT_TRUE(last.ReadToClose()) << last.broken;
   ASSERT_TRUE(last.exit.has_value());
   EXPECT_EQ((*last.exit)["signal"], 15) << *last.exit;
+}
+
+TEST_F(WsTest, OpenSessionsAreCapped) {
+  // Each client here holds a few descriptors (socket, epoll, eventfd): raise our own limit.
+  rlimit files{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &files), 0);
+  files.rlim_cur = std::max<rlim_t>(files.rlim_cur, std::min<rlim_t>(files.rlim_max, 8192));
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &files), 0);
+  const std::string id = CreateSandbox();
+  ASSERT_FALSE(id.empty());
+  const std::string exec = "/v1/sandboxes/" + id + "/exec/ws";
+  std::vector<std::unique_ptr<WsClient>> open;
+  for (int i = 0; i < 256; ++i) {  // the daemon's kMaxWebSockets
+    auto ws = WsClient::Connect(Url(), daemon_->key(), exec);
+    ASSERT_TRUE(ws.has_value()) << i << ": " << ws.error().message();
+    open.push_back(std::move(*ws));
+  }
+  auto [status, body] = Refused(exec, daemon_->key());
+  EXPECT_EQ(status, 503) << body;
+  EXPECT_EQ(body["error"]["code"], "unavailable") << body;
+  // REST is not held up by them.
+  EXPECT_EQ(ExecCode(id, "true"), 0);
+  // Once one closes, a new one is taken (the daemon counts it closed a moment after).
+  ASSERT_TRUE(open.back()->Close().has_value());
+  open.pop_back();
+  bool accepted = false;
+  for (int i = 0; i < 600 && !accepted; ++i) {
+    accepted = Refused(exec, daemon_->key()).first == 0;
+    if (!accepted) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(accepted);
 }
 
 TEST_F(WsTest, ShutdownClosesOpenSessionsWith1001) {

@@ -215,6 +215,11 @@ struct HttpServer::Impl {
   // each event Next() returns; WsReader, beside it, hands each client message to Input(). All
   // writes (events, the error event, the close) are the writer's, so they never overlap; the
   // reader reports to it through `WsConn`.
+  //
+  // Next() blocks for up to a second at a time for as long as the session lasts (an idle
+  // terminal, for hours), so it runs on a thread of the session's own, not on the shared worker
+  // pool: a few open terminals must not hold up every REST request. Input(), Upgrade and the
+  // drop are short and use the pool.
   struct WsConn {
     WsConn(beast::tcp_stream&& stream, std::unique_ptr<WsSession> s)
         : ws(std::move(stream)), session(std::move(s)), reader_finished(ws.get_executor()) {}
@@ -239,6 +244,23 @@ struct HttpServer::Impl {
       stream.socket().shutdown(tcp::socket::shutdown_send, ec);
       co_return;
     }
+    if (++server.websockets_ > kMaxWebSockets) {
+      --server.websockets_;
+      auto drop = [&made] {
+        made->reset();
+        return true;
+      };
+      co_await OnPool(server.pool_, drop);
+      auto res = MakeResponse(
+          ErrorReply(ErrorCode::kUnavailable, "too many open WebSocket sessions (" +
+                                                  std::to_string(kMaxWebSockets) +
+                                                  "); try again when some have closed"),
+          req.version(), /*keep_alive=*/false);
+      stream.expires_after(kWriteTimeout);
+      co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
+      stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+      co_return;
+    }
     auto conn = std::make_shared<WsConn>(std::move(stream), std::move(*made));
     auto& ws = conn->ws;
     // The WebSocket stream keeps its own timeouts: pings when idle, and the connection is
@@ -257,7 +279,11 @@ struct HttpServer::Impl {
         conn->reader_done = true;
         conn->reader_finished.cancel();
       });
-      co_await WsWriter(server, *conn);
+      asio::thread_pool events(1);  // runs Next(); idle (and so joined at once) after the writer
+      if (!co_await WsWriter(server, *conn, events)) {
+        // The connection failed under the writer: make sure the reader's read fails too.
+        beast::get_lowest_layer(ws).socket().close(ec);
+      }
       if (!conn->reader_done) {
         // The close (or the socket's end) completes the reader's pending read; an Input under
         // way on the pool finishes first.
@@ -272,9 +298,13 @@ struct HttpServer::Impl {
       return true;
     };
     co_await OnPool(server.pool_, drop);
+    --server.websockets_;
   }
 
-  static asio::awaitable<void> WsWriter(HttpServer& server, WsConn& conn) {
+  // Sends events until the session or the connection ends; false if a write or the close
+  // failed.
+  static asio::awaitable<bool> WsWriter(HttpServer& server, WsConn& conn,
+                                        asio::thread_pool& events) {
     auto& ws = conn.ws;
     WsSession* session = conn.session.get();
     auto next = [session] { return session->Next(); };
@@ -286,13 +316,13 @@ struct HttpServer::Impl {
         close_code = websocket::close_code::going_away;
         break;
       }
-      std::optional<std::string> event = co_await OnPool(server.pool_, next);
+      std::optional<std::string> event = co_await OnPool(events, next);
       if (conn.reader_done || conn.input_error) break;
       if (!event) break;            // the last event was sent: close normally
       if (event->empty()) continue;  // nothing yet
       ws.text(true);
       co_await ws.async_write(asio::buffer(*event), asio::redirect_error(asio::use_awaitable, ec));
-      if (ec) co_return;  // the connection is gone; the reader ends too
+      if (ec) co_return false;
     }
     if (conn.input_error) {
       // A bad message from the client (1008), or a failure acting on a good one (1011).
@@ -304,11 +334,12 @@ struct HttpServer::Impl {
       const std::string event = ErrorEventMessage(*conn.input_error);
       ws.text(true);
       co_await ws.async_write(asio::buffer(event), asio::redirect_error(asio::use_awaitable, ec));
-      if (ec) co_return;
+      if (ec) co_return false;
     }
     if (ws.is_open()) {
       co_await ws.async_close(close_code, asio::redirect_error(asio::use_awaitable, ec));
     }
+    co_return !ec;
   }
 
   static asio::awaitable<void> WsReader(HttpServer& server, std::shared_ptr<WsConn> conn) {

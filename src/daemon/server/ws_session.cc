@@ -22,8 +22,10 @@ namespace {
 
 using Refusal = std::unexpected<HttpReply>;
 
-// How long Next() waits for an exec/ws client's first message before returning "".
+// How long Next() waits for an exec/ws client's first message before returning "", and how
+// long the client has to send it at all (an idle connection must not hold a session forever).
 constexpr auto kFirstMessagePoll = std::chrono::seconds(1);
+constexpr auto kFirstMessageTimeout = std::chrono::seconds(60);
 
 std::vector<std::string_view> SplitPath(std::string_view path) {
   std::vector<std::string_view> parts;
@@ -159,13 +161,20 @@ class ProcessInput {
 class ExecWsSession final : public WsSession {
  public:
   ExecWsSession(Controller& controller, std::string id)
-      : controller_(controller), id_(std::move(id)) {}
+      : controller_(controller), id_(std::move(id)), since_(std::chrono::steady_clock::now()) {}
 
   std::optional<std::string> Next() override {
     {
       std::unique_lock lock(mu_);
       if (!started_cv_.wait_for(lock, kFirstMessagePoll, [this] { return started_; })) {
-        return std::string();
+        if (std::chrono::steady_clock::now() - since_ < kFirstMessageTimeout) return std::string();
+        // Too late: no request is taken any more; the session ends with this.
+        started_ = true;
+        early_.push_back(ErrorEventMessage(
+            Error(ErrorCode::kDeadlineExceeded,
+                  "no exec request within " +
+                      std::to_string(std::chrono::seconds(kFirstMessageTimeout).count()) +
+                      " seconds of the upgrade")));
       }
       if (!early_.empty()) {
         std::string event = std::move(early_.front());
@@ -247,6 +256,7 @@ class ExecWsSession final : public WsSession {
   void Publish(std::unique_ptr<ExecStream> stream, std::deque<std::string> events) {
     {
       std::lock_guard lock(mu_);
+      if (started_) return;  // Next gave up waiting; dropping `stream` ends the command
       stream_ = std::move(stream);
       early_ = std::move(events);
       started_ = true;
@@ -256,6 +266,7 @@ class ExecWsSession final : public WsSession {
 
   Controller& controller_;
   const std::string id_;
+  const std::chrono::steady_clock::time_point since_;  // the upgrade
 
   std::mutex mu_;
   std::condition_variable started_cv_;
