@@ -612,7 +612,7 @@ Runs CMD in sandbox ID, writes its stdout and stderr as they are, and exits with
 (128+N if signal N killed it, 124 if it timed out). With --json, prints the result object.
 
   --timeout S       kill the command and everything it started after S seconds (default: 300;
-                    with -d, none unless given)
+                    with -i or -t, a day; with -d, none)
   --cwd DIR         working directory inside the sandbox
   --env K=V         an environment variable (repeatable)
   --user U          run as user U (a name or uid from the sandbox's /etc/passwd)
@@ -751,7 +751,8 @@ std::string TopLevelHelp() {
   out +=
       "\n"
       "'airlock COMMAND --help' describes a command. Exit codes: 0 success, 1 an API or\n"
-      "connection error, 2 a usage error; exec and run exit with the command's own code.\n";
+      "connection error, 2 a usage error; exec, run and attach exit with the command's own\n"
+      "code.\n";
   return out;
 }
 

@@ -234,6 +234,16 @@ TEST_F(WsTest, SignalReachesTheCommand) {
   }
 }
 
+TEST_F(WsTest, AGivenTimeoutEndsTheCommand) {
+  const std::string id = CreateSandbox();
+  ASSERT_FALSE(id.empty());
+  Session s = Exec(id, {{"argv", {"sleep", "30"}}, {"timeout_seconds", 0.5}});
+  ASSERT_TRUE(s.ws);
+  ASSERT_TRUE(s.ReadToClose()) << s.broken;
+  ASSERT_TRUE(s.exit.has_value());
+  EXPECT_EQ((*s.exit)["timed_out"], true) << *s.exit;
+}
+
 TEST_F(WsTest, AClientThatVanishesEndsItsCommand) {
   const std::string id = CreateSandbox();
   ASSERT_FALSE(id.empty());

@@ -210,6 +210,10 @@ class ExecWsSession final : public WsSession {
                   "the session's messages)");
     }
     request->stdin_open = true;
+    // A terminal is for as long as its user wants it, and the command ends anyway when the
+    // client leaves: without a timeout_seconds of its own it gets the longest there is, not the
+    // five minutes of a plain exec.
+    if (!request->timeout_given) request->timeout_seconds = api::kMaxTimeoutSeconds;
     std::deque<std::string> events;
     auto stream = controller_.StartExec(id_, *request);
     if (!stream) {
