@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/interactive.h"
 #include "cli/table.h"
+#include "daemon/api/base64.h"
 
 namespace airlock::cli {
 namespace {
@@ -40,9 +41,13 @@ std::string Cell(const json& doc, const char* key) {
 }
 
 // The command line as one table cell: control characters (a shell line's newlines, escapes)
-// would break the table or the terminal.
+// would break the table or the terminal. One that is not UTF-8 comes base64-encoded.
 std::string CommandCell(const json& process) {
   std::string command = Cell(process, "command");
+  if (process.value("command_encoding", "utf-8") == "base64") {
+    auto decoded = api::Base64Decode(command);
+    command = decoded ? std::move(*decoded) : "?";
+  }
   for (char& c : command) {
     const auto u = static_cast<unsigned char>(c);
     if (u < 0x20 || u == 0x7f) c = (c == '\n' || c == '\t' || c == '\r') ? ' ' : '?';

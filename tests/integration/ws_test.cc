@@ -219,6 +219,24 @@ TEST_F(WsTest, StdinRoundTripWithoutATerminal) {
   EXPECT_TRUE(s.out == expected);
 }
 
+TEST_F(WsTest, BulkOutputArrivesWholeOneEventPerMessage) {
+  const std::string id = CreateSandbox();
+  ASSERT_FALSE(id.empty());
+  // Output faster than it is sent: the daemon reads many events at once, and each still goes
+  // as a message of its own (Session::ReadUntil checks every message is one JSON object).
+  Session s = Exec(id, {{"cmd", "seq 1 200000; seq 1 50000 >&2"}});
+  ASSERT_TRUE(s.ws);
+  ASSERT_TRUE(s.ReadToClose()) << s.broken;
+  std::string expected, expected_err;
+  for (int i = 1; i <= 200000; ++i) expected += std::to_string(i) + "\n";
+  for (int i = 1; i <= 50000; ++i) expected_err += std::to_string(i) + "\n";
+  EXPECT_TRUE(s.out == expected) << s.out.size() << " bytes of stdout";
+  EXPECT_TRUE(s.err == expected_err) << s.err.size() << " bytes of stderr";
+  ASSERT_TRUE(s.exit.has_value());
+  EXPECT_EQ((*s.exit)["exit_code"], 0);
+  EXPECT_GT(s.events.size(), 3u);
+}
+
 TEST_F(WsTest, SignalReachesTheCommand) {
   const std::string id = CreateSandbox();
   ASSERT_FALSE(id.empty());

@@ -46,12 +46,44 @@ HttpReply ErrorReply(const Error& error) {
   return reply;
 }
 
-// An event from an ExecStream is an NDJSON line; a WebSocket message carries it without the
-// newline.
-std::optional<std::string> AsMessage(std::optional<std::string> line) {
-  if (line && line->ends_with('\n')) line->pop_back();
+// An event rendered as an NDJSON line; a WebSocket message carries it without the newline.
+std::string AsMessage(std::string line) {
+  if (line.ends_with('\n')) line.pop_back();
   return line;
 }
+
+// An ExecStream's events one at a time. A piece from ExecStream::Next may hold several NDJSON
+// lines (what had already arrived is read in one go); a WebSocket message carries one event.
+class EventLines {
+ public:
+  explicit EventLines(std::unique_ptr<ExecStream> stream) : stream_(std::move(stream)) {}
+
+  int32_t pid() const { return stream_->pid(); }
+
+  // As WsSession::Next: one event, "" when nothing came within about a second, nullopt at the
+  // end. Blocks.
+  std::optional<std::string> Next() {
+    if (lines_.empty()) {
+      std::optional<std::string> piece = stream_->Next();
+      if (!piece) return std::nullopt;
+      std::string_view rest = *piece;
+      while (!rest.empty()) {
+        const size_t nl = rest.find('\n');
+        if (nl != 0) lines_.emplace_back(rest.substr(0, nl));
+        if (nl == std::string_view::npos) break;
+        rest.remove_prefix(nl + 1);
+      }
+      if (lines_.empty()) return std::string();
+    }
+    std::string line = std::move(lines_.front());
+    lines_.pop_front();
+    return line;
+  }
+
+ private:
+  std::unique_ptr<ExecStream> stream_;
+  std::deque<std::string> lines_;
+};
 
 // A pid in a path: decimal digits only, 1..2^31-1 (a pid inside the sandbox).
 Result<int32_t> ParsePid(std::string_view text) {
@@ -182,9 +214,9 @@ class ExecWsSession final : public WsSession {
         return event;
       }
     }
-    // stream_ was set before started_ (under mu_) and only Next touches it after.
-    if (!stream_) return std::nullopt;
-    return AsMessage(stream_->Next());
+    // events_ was set before started_ (under mu_) and only Next touches it after.
+    if (!events_) return std::nullopt;
+    return events_->Next();
   }
 
   Status Input(std::string_view message, bool binary) override {
@@ -215,23 +247,24 @@ class ExecWsSession final : public WsSession {
     // five minutes of a plain exec.
     if (!request->timeout_given) request->timeout_seconds = api::kMaxTimeoutSeconds;
     std::deque<std::string> events;
-    auto stream = controller_.StartExec(id_, *request);
-    if (!stream) {
+    auto started = controller_.StartExec(id_, *request);
+    if (!started) {
       // The command could not start (paused sandbox, bad user...): that ends the session as a
       // streamed exec's error event ends its stream.
-      events.push_back(ErrorEventMessage(stream.error()));
+      events.push_back(ErrorEventMessage(started.error()));
       Publish(nullptr, std::move(events));
       return {};
     }
+    auto stream = std::make_unique<EventLines>(std::move(*started));
     std::optional<std::string> first;
     do {
-      first = AsMessage((*stream)->Next());
+      first = stream->Next();
     } while (first && first->empty());
     if (!first) {
-      Publish(std::move(*stream), std::move(events));
+      Publish(std::move(stream), std::move(events));
       return {};
     }
-    int32_t pid = (*stream)->pid();
+    int32_t pid = stream->pid();
     if (pid <= 0) {  // the start event names it too
       const auto doc = nlohmann::json::parse(*first, nullptr, /*allow_exceptions=*/false);
       if (doc.is_object() && doc.value("type", "") == "start" && doc.contains("pid") &&
@@ -253,15 +286,15 @@ class ExecWsSession final : public WsSession {
       }
       // kNotFound: the command has already ended; its exit event follows the start.
     }
-    Publish(std::move(*stream), std::move(events));
+    Publish(std::move(stream), std::move(events));
     return {};
   }
 
-  void Publish(std::unique_ptr<ExecStream> stream, std::deque<std::string> events) {
+  void Publish(std::unique_ptr<EventLines> stream, std::deque<std::string> events) {
     {
       std::lock_guard lock(mu_);
       if (started_) return;  // Next gave up waiting; dropping `stream` ends the command
-      stream_ = std::move(stream);
+      events_ = std::move(stream);
       early_ = std::move(events);
       started_ = true;
     }
@@ -276,7 +309,7 @@ class ExecWsSession final : public WsSession {
   std::condition_variable started_cv_;
   bool started_ = false;             // guarded by mu_
   std::deque<std::string> early_;    // guarded by mu_: events read by Start, sent first
-  std::unique_ptr<ExecStream> stream_;  // set by Publish, then Next's alone
+  std::unique_ptr<EventLines> events_;  // set by Publish, then Next's alone
 
   std::mutex input_mu_;  // Inputs in order, one at a time (ProcessControl is not thread-safe)
   std::optional<ProcessInput> input_;  // guarded by input_mu_; empty until the first message
@@ -289,7 +322,7 @@ class AttachWsSession final : public WsSession {
   AttachWsSession(std::unique_ptr<ExecStream> output, std::unique_ptr<ProcessControl> control)
       : output_(std::move(output)), input_(std::move(control)) {}
 
-  std::optional<std::string> Next() override { return AsMessage(output_->Next()); }
+  std::optional<std::string> Next() override { return output_.Next(); }
 
   Status Input(std::string_view message, bool binary) override {
     std::lock_guard lock(input_mu_);
@@ -297,7 +330,7 @@ class AttachWsSession final : public WsSession {
   }
 
  private:
-  std::unique_ptr<ExecStream> output_;
+  EventLines output_;
   std::mutex input_mu_;
   ProcessInput input_;  // guarded by input_mu_
 };
@@ -305,7 +338,7 @@ class AttachWsSession final : public WsSession {
 }  // namespace
 
 std::string ErrorEventMessage(const Error& error) {
-  return *AsMessage(api::RenderErrorEvent(error, std::chrono::system_clock::now()));
+  return AsMessage(api::RenderErrorEvent(error, std::chrono::system_clock::now()));
 }
 
 bool IsWebSocketPath(std::string_view path) {
