@@ -169,12 +169,9 @@ std::optional<WindowSize> LocalWindowSize() {
   return std::nullopt;
 }
 
-void BlockSessionSignals() {
-  const sigset_t set = SessionSignals();
-  ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
-}
-
 Outcome<InteractiveEnd> RunInteractive(client::WsClient& ws, const InteractiveOptions& options) {
+  const sigset_t session_signals = SessionSignals();
+  ::pthread_sigmask(SIG_BLOCK, &session_signals, nullptr);
   Shared shared(ws);
   RawTerminal raw;
   if (options.raw && !raw.Enter(STDIN_FILENO)) {

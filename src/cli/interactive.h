@@ -18,11 +18,6 @@ struct WindowSize {
 // The size of the terminal on stdout (else stdin, else stderr); nullopt when none is one.
 std::optional<WindowSize> LocalWindowSize();
 
-// The signals a session handles (SIGWINCH, SIGINT, SIGQUIT, SIGTERM, SIGHUP). Call before any
-// thread starts (before connecting: the WebSocket client has an IO thread): they are blocked in
-// every thread and taken by the session's signal thread with sigwait. They stay blocked after.
-void BlockSessionSignals();
-
 struct InteractiveOptions {
   bool read_stdin = false;          // read our stdin (for input and the detach key)
   bool send_stdin = false;          // send what was read to the process
@@ -44,7 +39,10 @@ struct InteractiveEnd {
 
 // Runs the session on `ws` (already connected; for exec/ws the request already sent) until the
 // process's exit and the server's close, a detach, or a failure: an "error" event, or the
-// connection ending first, is a Failure with the daemon's message.
+// connection ending first, is a Failure with the daemon's message. Call from the main thread,
+// with no other threads of ours running (the WebSocket client's takes no signals): the
+// session's signals (SIGWINCH, SIGINT, SIGQUIT, SIGTERM, SIGHUP) are blocked from here on and
+// taken by a thread of the session's with sigwait; they stay blocked after.
 [[nodiscard]] Outcome<InteractiveEnd> RunInteractive(client::WsClient& ws,
                                                      const InteractiveOptions& options);
 

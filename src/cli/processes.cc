@@ -94,7 +94,6 @@ Outcome<int> InteractiveExec(const std::string& id, json request, bool interacti
   }
   auto text = DumpJson(request);
   if (!text) return std::unexpected(text.error());
-  BlockSessionSignals();
   auto api = Api::Connect(globals);
   if (!api) return std::unexpected(api.error());
   auto ws = api->OpenWebSocket(SandboxTarget(id, "/exec/ws"));
@@ -172,7 +171,6 @@ Outcome<int> CmdAttach(const CommandArgs& in, Globals& globals) {
   auto where = IdAndPid("attach", *args);
   if (!where) return std::unexpected(where.error());
   const auto& [id, pid] = *where;
-  BlockSessionSignals();
   auto api = Api::Connect(globals);
   if (!api) return std::unexpected(api.error());
   // Whether it has a terminal and takes input decides how this one is set up.

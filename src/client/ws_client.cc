@@ -1,5 +1,8 @@
 #include "client/ws_client.h"
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <boost/asio/connect.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -182,7 +185,13 @@ Result<std::unique_ptr<WsClient>> WsClient::Connect(const std::string& url,
   Impl* raw = impl.get();
   raw->work.emplace(raw->io.get_executor());
   raw->StartRead();
+  // The IO thread takes no signals: they stay with the caller's threads (a terminal session
+  // waits for SIGWINCH and SIGINT in a thread of its own).
+  sigset_t all, old;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &old);
   raw->thread = std::thread([raw] { raw->io.run(); });
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
   return std::unique_ptr<WsClient>(new WsClient(std::move(impl)));
 }
 
