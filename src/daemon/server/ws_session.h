@@ -6,7 +6,8 @@
 //
 // The server drives a session from two loops at once: a writer that calls Next() and sends each
 // event, and a reader that hands each client message to Input(). Both block on agent channels,
-// so both run on the worker pool, never on an IO thread. Next() and Input() may run at the same
+// so neither runs on an IO thread: Next() on a thread of the session's own (it is called for as
+// long as the session lasts), Input() on the worker pool. Next() and Input() may run at the same
 // time on different threads (the session keeps its input and output on separate channels), but
 // Next() is never called concurrently with itself, nor Input() with itself. Destroying the
 // session ends what it holds: an exec/ws command is killed (its channel closes, as a streaming
