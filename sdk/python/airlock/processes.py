@@ -229,9 +229,19 @@ class Process:
     def close_stdin(self) -> "Process":
         return self._update(self._bound().close_stdin(self.pid))
 
-    def output(self, **kwargs: Any) -> ProcessOutput:
-        """Processes.output(pid, **kwargs) for this process."""
-        return self._bound().output(self.pid, **kwargs)
+    def output(
+        self,
+        *,
+        follow: bool = False,
+        on_stdout: Optional[Callable[[str], None]] = None,
+        on_stderr: Optional[Callable[[str], None]] = None,
+        until: Union[str, bytes, None] = None,
+        timeout: Optional[float] = None,
+    ) -> ProcessOutput:
+        """Processes.output() for this process: its recent output, then with follow=True live
+        output until it exits (or until `until` appears)."""
+        return self._bound().output(self.pid, follow=follow, on_stdout=on_stdout,
+                                    on_stderr=on_stderr, until=until, timeout=timeout)
 
     def attach(self, replay: bool = True) -> "Terminal":
         """Processes.attach(pid) for this process."""
