@@ -60,6 +60,40 @@ uint64_t ReadOomKillCount() {
   return at == std::string::npos ? 0 : std::strtoull(text->c_str() + at + 9, nullptr, 10);
 }
 
+void OutputRing::Append(p::OutputFd fd, std::string_view data) {
+  if (data.empty()) return;
+  // Small reads of one fd are merged, so a chatty process does not make a chunk per line.
+  if (!chunks_.empty() && chunks_.back().fd == fd && chunks_.back().data.size() < kReadChunk) {
+    chunks_.back().data.append(data);
+  } else {
+    chunks_.push_back(Chunk{end_, fd, std::string(data)});
+  }
+  end_ += data.size();
+  while (end_ - start_ > capacity_) {
+    Chunk& first = chunks_.front();
+    const uint64_t excess = end_ - start_ - capacity_;
+    if (first.data.size() <= excess) {
+      start_ += first.data.size();
+      chunks_.pop_front();
+    } else {
+      first.data.erase(0, excess);
+      first.offset += excess;
+      start_ += excess;
+    }
+  }
+}
+
+std::pair<p::OutputFd, std::string_view> OutputRing::Read(uint64_t offset, size_t max) const {
+  // The last chunk that starts at or before `offset`.
+  auto it = std::upper_bound(chunks_.begin(), chunks_.end(), offset,
+                             [](uint64_t off, const Chunk& c) { return off < c.offset; });
+  AIRLOCK_CHECK(it != chunks_.begin());
+  const Chunk& c = *std::prev(it);
+  std::string_view data(c.data);
+  data.remove_prefix(offset - c.offset);
+  return {c.fd, data.substr(0, max)};
+}
+
 Result<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
   auto owner = options.exec.default_user
                    ? std::optional(std::make_pair(options.exec.default_user->uid,
@@ -74,9 +108,7 @@ Result<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
 }
 
 Agent::~Agent() {
-  for (auto& c : connections_) {
-    for (auto& [stream, e] : c->execs) DropExec(*e);
-  }
+  for (auto& e : processes_) DropExec(*e);
   if (!listen_path_.empty()) ::unlink(listen_path_.c_str());
 }
 
@@ -174,7 +206,8 @@ int Agent::Run() {
     if (!serving) break;
     if (shutting_down_) {
       bool busy = false;
-      for (auto& c : connections_) busy |= !c->execs.empty() || c->pending() > 0;
+      for (auto& e : processes_) busy |= !e->result.has_value();
+      for (auto& c : connections_) busy |= c->pending() > 0;
       if (!busy || (shutdown_deadline_ && now >= *shutdown_deadline_)) break;
     }
     int n = RetryEintr([&] { return ::epoll_wait(epoll_.get(), events, 256, NextTimeoutMs(now)); });
@@ -207,14 +240,17 @@ int Agent::Run() {
       }
     }
     OnTimers(Clock::now());
+    for (size_t i = 0; i < processes_.size();) {
+      ExecState& e = *processes_[i];
+      MaybeFinish(e);  // may remove it
+      if (i < processes_.size() && processes_[i].get() == &e) ++i;
+    }
+    ForgetExited();
     // Connections are only removed here, after every event of this round was handled.
     for (size_t i = 0; i < connections_.size();) {
       Connection& c = *connections_[i];
       PumpDownloads(c);
-      for (auto it = c.execs.begin(); it != c.execs.end();) {
-        ExecState& e = *(it++)->second;  // MaybeFinish may erase it
-        MaybeFinish(e);
-      }
+      PumpAttachments(c);
       Flush(c);
       if (c.closing && (c.pending() == 0 || !c.fd.valid())) {
         CloseConnection(c);
@@ -225,10 +261,8 @@ int Agent::Run() {
       ++i;
     }
   }
-  for (auto& c : connections_) {
-    for (auto& [stream, e] : c->execs) DropExec(*e);
-    c->execs.clear();
-  }
+  for (auto& e : processes_) DropExec(*e);
+  processes_.clear();
   return 0;
 }
 
@@ -238,12 +272,16 @@ int Agent::NextTimeoutMs(Clock::time_point now) const {
     if (t && (!next || *t < *next)) next = t;
   };
   for (const auto& c : connections_) {
-    if (!c->downloads.empty() && !c->output_paused) return 0;
-    for (const auto& [stream, e] : c->execs) {
-      consider(e->deadline);
-      consider(e->kill_at);
-      consider(e->linger_until);
+    if (c->output_paused) continue;
+    if (!c->downloads.empty()) return 0;
+    for (const auto& [stream, a] : c->attachments) {
+      if (AttachmentHasWork(*a)) return 0;
     }
+  }
+  for (const auto& e : processes_) {
+    consider(e->deadline);
+    consider(e->kill_at);
+    consider(e->linger_until);
   }
   if (!next) return -1;
   auto ms = std::chrono::ceil<std::chrono::milliseconds>(*next - now).count();
@@ -260,10 +298,8 @@ void Agent::OnSignal() {
       spdlog::info("signal {}: shutting down", sig);
       BeginShutdown();
     } else {
-      for (auto& c : connections_) {
-        for (auto& [stream, e] : c->execs) {
-          if (!e->exited) ::kill(-e->pid, sig);
-        }
+      for (auto& e : processes_) {
+        if (!e->exited) ::kill(-e->pid, sig);
       }
     }
   }
@@ -276,11 +312,11 @@ void Agent::ReapChildren() {
     int status = 0;
     pid_t pid = ::waitpid(-1, &status, WNOHANG);
     if (pid <= 0) return;
-    auto it = by_pid_.find(pid);
-    if (it == by_pid_.end()) continue;  // an orphan we adopted as PID 1 or subreaper
-    ExecState& e = *it->second;
-    by_pid_.erase(it);
+    ExecState* found = FindRunning(pid);
+    if (!found) continue;  // an orphan we adopted as PID 1 or subreaper
+    ExecState& e = *found;
     e.exited = true;
+    e.ended_wall = std::chrono::system_clock::now();
     e.wait_status = status;
     e.ended = Clock::now();
     e.deadline.reset();
@@ -381,6 +417,9 @@ void Agent::UpdateConnection(Connection& c) {
   }
   bool stdin_full = false;
   for (auto& [stream, e] : c.execs) stdin_full |= e->stdin_buf.size() > options_.stdin_buffer_cap;
+  for (auto& [stream, a] : c.attachments) {
+    stdin_full |= a->proc && a->proc->stdin_buf.size() > options_.stdin_buffer_cap;
+  }
   uint32_t events =
       (stdin_full || c.closing ? 0u : uint32_t{EPOLLIN}) | (c.pending() ? uint32_t{EPOLLOUT} : 0u);
   if (events != c.epoll_events) {
@@ -390,8 +429,16 @@ void Agent::UpdateConnection(Connection& c) {
 }
 
 void Agent::CloseConnection(Connection& c) {
-  for (auto& [stream, e] : c.execs) DropExec(*e);
-  c.execs.clear();
+  // Its foreground commands die with it; background ones only lose the attachments.
+  for (auto& [stream, a] : c.attachments) {
+    if (a->proc) std::erase(a->proc->attachments, a.get());
+  }
+  c.attachments.clear();
+  auto execs = std::move(c.execs);
+  for (auto& [stream, e] : execs) {
+    DropExec(*e);
+    RemoveProcess(*e);
+  }
   c.uploads.clear();
   c.downloads.clear();
   if (c.fd) DelWatch(c.fd.get());
@@ -442,27 +489,39 @@ void Agent::HandleFrame(Connection& c, p::Frame frame) {
       return;
     case p::MsgType::kExec:
       return StartExec(c, stream, std::get<p::Exec>(*msg));
+    case p::MsgType::kAttach:
+      return StartAttach(c, stream, std::get<p::Attach>(*msg));
+    case p::MsgType::kProcList:
+      return SendProcessList(c, stream);
+    case p::MsgType::kDetach: {
+      auto it = c.attachments.find(stream);
+      if (it == c.attachments.end()) return;  // already ended (the process exited): late
+      Attachment& a = *it->second;
+      return EndAttachment(a, p::Done{a.sent});
+    }
     case p::MsgType::kStdinData:
     case p::MsgType::kStdinClose: {
-      ExecState& e = *c.execs.at(stream);
+      ExecState* e = ProcessFor(c, stream);
+      if (!e) return;  // an attachment to a process that ended
       if (frame.type == p::MsgType::kStdinClose) {
-        e.stdin_close_pending = true;
-      } else if (e.in) {  // after the command closed its stdin, input is dropped
-        e.stdin_buf += std::get<p::StdinData>(*msg).data;
+        e->stdin_close_pending = true;
+      } else if (e->in && !e->stdin_close_pending) {
+        // After the command closed its stdin (or someone closed it), input is dropped.
+        e->stdin_buf += std::get<p::StdinData>(*msg).data;
       }
-      WriteStdin(e);
+      WriteStdin(*e);
       return;
     }
     case p::MsgType::kSignal: {
-      ExecState& e = *c.execs.at(stream);
-      ::kill(-e.pid, std::get<p::Signal>(*msg).signo);
+      ExecState* e = ProcessFor(c, stream);
+      if (e && !e->exited) ::kill(-e->pid, std::get<p::Signal>(*msg).signo);
       return;
     }
     case p::MsgType::kResize: {
-      ExecState& e = *c.execs.at(stream);
+      ExecState* e = ProcessFor(c, stream);
       const auto& r = std::get<p::Resize>(*msg);
       winsize size{r.rows, r.cols, 0, 0};
-      if (e.out) ::ioctl(e.out.get(), TIOCSWINSZ, &size);
+      if (e && e->pty && e->out) ::ioctl(e->out.get(), TIOCSWINSZ, &size);
       return;
     }
     default:
@@ -480,10 +539,26 @@ void Agent::StartExec(Connection& c, uint32_t stream, const p::Exec& req) {
   if (!spawned) return SendError(c, stream, spawned.error());
 
   auto e = std::make_unique<ExecState>();
-  e->conn = &c;
-  e->stream = stream;
+  e->background = req.background;
+  if (!e->background) {
+    e->conn = &c;
+    e->stream = stream;
+  } else {
+    e->ring.emplace(req.ring_bytes ? req.ring_bytes : options_.default_ring_bytes);
+  }
   e->pid = spawned->pid;
   e->pty = req.pty;
+  e->started_wall = std::chrono::system_clock::now();
+  if (!req.shell.empty()) {
+    e->command = req.shell;
+  } else {
+    for (const auto& arg : req.argv) {
+      if (!e->command.empty()) e->command += ' ';
+      e->command += arg;
+      if (e->command.size() >= p::kMaxCommandInfo) break;
+    }
+  }
+  if (e->command.size() > p::kMaxCommandInfo) e->command.resize(p::kMaxCommandInfo);
   e->in = std::move(spawned->stdin_fd);
   e->out = std::move(spawned->stdout_fd);
   e->err = std::move(spawned->stderr_fd);
@@ -496,16 +571,21 @@ void Agent::StartExec(Connection& c, uint32_t stream, const p::Exec& req) {
   }
   e->kill_grace_ms = req.kill_grace_ms ? req.kill_grace_ms : options_.default_kill_grace_ms;
   for (Watch* w : {&e->in_watch, &e->out_watch, &e->err_watch}) {
-    w->conn = &c;
+    w->conn = e->conn;
     w->exec = e.get();
   }
-  uint32_t out_events = c.output_paused ? 0u : uint32_t{EPOLLIN};
+  // A background process is never held back: its output goes to the ring.
+  uint32_t out_events = e->conn && c.output_paused ? 0u : uint32_t{EPOLLIN};
   if (e->out) AddWatch(e->out.get(), &e->out_watch, out_events);
   if (e->err) AddWatch(e->err.get(), &e->err_watch, out_events);
   if (e->in) AddWatch(e->in.get(), &e->in_watch, 0);
-  by_pid_[e->pid] = e.get();
-  Send(c, stream, p::Started{e->pid});
-  c.execs.emplace(stream, std::move(e));
+  Send(c, stream, p::Started{e->pid});  // closes the stream of a background exec
+  if (e->conn) c.execs.emplace(stream, e.get());
+  // A pid the kernel reused: the exited process that had it is forgotten.
+  std::erase_if(processes_, [&](const std::unique_ptr<ExecState>& old) {
+    return old->pid == e->pid && old->attachments.empty();
+  });
+  processes_.push_back(std::move(e));
 }
 
 void Agent::WriteStdin(ExecState& e) {
@@ -551,7 +631,7 @@ void Agent::OnStdinWritable(ExecState& e) { WriteStdin(e); }
 void Agent::OnOutput(ExecState& e, bool is_stderr) {
   for (int i = 0; i < kReadsPerEvent; ++i) {
     if (ReadOutputOnce(e, is_stderr) != 1) return;
-    if (e.conn->pending() > options_.send_high_water) return;  // UpdateConnection pauses us
+    if (e.conn && e.conn->pending() > options_.send_high_water) return;  // UpdateConnection pauses us
   }
 }
 
@@ -567,12 +647,15 @@ int Agent::ReadOutputOnce(ExecState& e, bool is_stderr) {
   }
   size_t len = static_cast<size_t>(n);
   (is_stderr ? e.stderr_bytes : e.stdout_bytes) += len;
+  const auto fd_kind = is_stderr ? p::OutputFd::kStderr : p::OutputFd::kStdout;
+  if (e.ring) {
+    e.ring->Append(fd_kind, std::string_view(buf, len));
+    return 1;
+  }
   size_t take = static_cast<size_t>(std::min<uint64_t>(len, e.cap - e.delivered));
   if (take < len) e.truncated = true;  // beyond the cap: read and dropped
   if (take > 0) {
-    p::AppendOutputFrame(e.conn->out, e.stream,
-                         is_stderr ? p::OutputFd::kStderr : p::OutputFd::kStdout,
-                         std::string_view(buf, take));
+    p::AppendOutputFrame(e.conn->out, e.stream, fd_kind, std::string_view(buf, take));
     e.delivered += take;
   }
   return 1;
@@ -608,28 +691,24 @@ void Agent::DrainOutput(ExecState& e) {
 
 void Agent::OnTimers(Clock::time_point now) {
   if (shutdown_deadline_ && now >= *shutdown_deadline_) {
-    for (auto& c : connections_) {
-      for (auto& [stream, e] : c->execs) {
-        if (!e->exited) FinishKill(*e);
-      }
+    for (auto& e : processes_) {
+      if (!e->exited) FinishKill(*e);
     }
   }
-  for (auto& c : connections_) {
-    for (auto& [stream, ep] : c->execs) {
-      ExecState& e = *ep;
-      if (e.deadline && now >= *e.deadline) {
-        e.deadline.reset();
-        e.timed_out = true;
-        BeginKill(e, now);
-      }
-      if (e.kill_at && now >= *e.kill_at) FinishKill(e);
-      if (e.linger_until && now >= *e.linger_until) {
-        if (c->output_paused) {
-          e.linger_until = now + std::chrono::milliseconds(options_.linger_ms);
-        } else {
-          e.linger_until.reset();
-          DrainOutput(e);
-        }
+  for (auto& ep : processes_) {
+    ExecState& e = *ep;
+    if (e.deadline && now >= *e.deadline) {
+      e.deadline.reset();
+      e.timed_out = true;
+      BeginKill(e, now);
+    }
+    if (e.kill_at && now >= *e.kill_at) FinishKill(e);
+    if (e.linger_until && now >= *e.linger_until) {
+      if (e.conn && e.conn->output_paused) {
+        e.linger_until = now + std::chrono::milliseconds(options_.linger_ms);
+      } else {
+        e.linger_until.reset();
+        DrainOutput(e);
       }
     }
   }
@@ -657,10 +736,9 @@ void Agent::FinishKill(ExecState& e) {
 }
 
 void Agent::MaybeFinish(ExecState& e) {
-  if (!e.exited || e.out || e.err) return;
+  if (!e.exited || e.out || e.err || e.result) return;
   // A timed-out command whose first process is gone: what survived SIGTERM goes now.
   if (e.kill_at) FinishKill(e);
-  Connection& c = *e.conn;
   p::Exited done;
   if (WIFSIGNALED(e.wait_status)) {
     done.exit_code = -1;
@@ -676,19 +754,33 @@ void Agent::MaybeFinish(ExecState& e) {
   done.stdout_bytes = e.stdout_bytes;
   done.stderr_bytes = e.stderr_bytes;
   if (e.in) DelWatch(e.in.get());
+  e.in.Reset();
+  e.stdin_buf.clear();
+  e.result = done;
+  if (!e.conn) return;  // background: listed until forgotten; attachments send the exit
+  Connection& c = *e.conn;
   Send(c, e.stream, done);
-  c.execs.erase(e.stream);  // destroys e
+  c.execs.erase(e.stream);
+  RemoveProcess(e);  // destroys e
 }
 
 void Agent::DropExec(ExecState& e) {
   if (!e.exited) {
     FinishKill(e);
-    by_pid_.erase(e.pid);  // reaped later as an unknown child
+    e.exited = true;  // reaped later as an unknown child
   }
   for (UniqueFd* fd : {&e.in, &e.out, &e.err}) {
     if (*fd) DelWatch(fd->get());
     fd->Reset();
   }
+}
+
+void Agent::RemoveProcess(ExecState& e) {
+  for (Attachment* a : e.attachments) {
+    a->proc = nullptr;
+    EndAttachment(*a, e.result ? p::Message(*e.result) : p::Message(p::Done{a->sent}));
+  }
+  std::erase_if(processes_, [&](const std::unique_ptr<ExecState>& p) { return p.get() == &e; });
 }
 
 void Agent::BeginShutdown() {
@@ -702,11 +794,147 @@ void Agent::BeginShutdown() {
   }
   auto now = Clock::now();
   shutdown_deadline_ = now + std::chrono::milliseconds(options_.default_kill_grace_ms + 1000);
-  for (auto& c : connections_) {
-    for (auto& [stream, e] : c->execs) {
-      if (!e->exited && !e->kill_at) BeginKill(*e, now);
+  for (auto& e : processes_) {
+    if (!e->exited && !e->kill_at) BeginKill(*e, now);
+  }
+}
+
+Agent::ExecState* Agent::FindRunning(pid_t pid) {
+  for (auto& e : processes_) {
+    if (e->pid == pid && !e->exited) return e.get();
+  }
+  return nullptr;
+}
+
+Agent::ExecState* Agent::ProcessFor(Connection& c, uint32_t stream) {
+  if (auto it = c.execs.find(stream); it != c.execs.end()) return it->second;
+  if (auto it = c.attachments.find(stream); it != c.attachments.end()) return it->second->proc;
+  return nullptr;
+}
+
+void Agent::StartAttach(Connection& c, uint32_t stream, const p::Attach& req) {
+  // The running process with this pid, else the latest exited one that had it.
+  ExecState* e = FindRunning(req.pid);
+  for (auto it = processes_.rbegin(); !e && it != processes_.rend(); ++it) {
+    if ((*it)->pid == req.pid) e = it->get();
+  }
+  if (!e) {
+    return SendError(c, stream, Error(ErrorCode::kNotFound,
+                                      "no process " + std::to_string(req.pid) +
+                                          " started by the agent (or it was forgotten)"));
+  }
+  const bool output = req.output != p::AttachOutput::kNone;
+  if (output && !e->ring) {
+    return SendError(c, stream,
+                     Error(ErrorCode::kFailedPrecondition,
+                           "process " + std::to_string(req.pid) +
+                               " runs in the foreground: its output goes to the exec that "
+                               "started it"));
+  }
+  auto a = std::make_unique<Attachment>();
+  a->conn = &c;
+  a->stream = stream;
+  a->proc = e;
+  a->output = output;
+  a->follow = req.follow;
+  // A replay starts at the very beginning, so that what the ring no longer holds is reported.
+  if (e->ring) a->cursor = req.output == p::AttachOutput::kReplay ? 0 : e->ring->end();
+  if (!req.follow) a->stop_at = e->ring ? e->ring->end() : a->cursor;
+  Send(c, stream,
+       p::Attached{.pid = e->pid,
+                   .background = e->background,
+                   .pty = e->pty,
+                   .stdin_open = e->in.valid() && !e->stdin_close_pending,
+                   .running = !e->result.has_value()});
+  e->attachments.push_back(a.get());
+  c.attachments.emplace(stream, std::move(a));
+}
+
+bool Agent::AttachmentHasWork(const Attachment& a) const {
+  if (!a.proc) return false;
+  if (a.output && a.cursor < a.proc->ring->end() && (!a.stop_at || a.cursor < *a.stop_at)) {
+    return true;
+  }
+  // Caught up: an end to send.
+  return a.proc->result.has_value() || (a.stop_at && a.cursor >= *a.stop_at);
+}
+
+void Agent::PumpAttachments(Connection& c) {
+  for (auto it = c.attachments.begin(); it != c.attachments.end();) {
+    Attachment& a = *(it++)->second;  // EndAttachment erases it
+    if (!a.proc) continue;
+    ExecState& e = *a.proc;
+    if (a.output) {
+      const OutputRing& ring = *e.ring;
+      if (a.cursor < ring.start()) {
+        Send(c, a.stream, p::Dropped{ring.start() - a.cursor});
+        a.cursor = ring.start();
+      }
+      const uint64_t end = a.stop_at ? std::min(*a.stop_at, ring.end()) : ring.end();
+      while (a.cursor < end && c.pending() <= options_.send_high_water) {
+        auto [fd, piece] = ring.Read(a.cursor, std::min<uint64_t>(kReadChunk, end - a.cursor));
+        p::AppendOutputFrame(c.out, a.stream, fd, piece);
+        a.cursor += piece.size();
+        a.sent += piece.size();
+      }
+      if (a.cursor < end) continue;  // more once the channel drains
+    }
+    if (e.result) {
+      EndAttachment(a, *e.result);
+    } else if (a.stop_at && a.cursor >= *a.stop_at) {
+      EndAttachment(a, p::Done{a.sent});
     }
   }
+}
+
+void Agent::EndAttachment(Attachment& a, const Message& last) {
+  Connection& c = *a.conn;
+  Send(c, a.stream, last);
+  if (a.proc) std::erase(a.proc->attachments, &a);
+  c.attachments.erase(a.stream);  // destroys a
+}
+
+void Agent::ForgetExited() {
+  size_t exited = 0;
+  for (const auto& e : processes_) exited += e->result.has_value();
+  for (auto it = processes_.begin(); exited > options_.max_exited_background && it != processes_.end();) {
+    if ((*it)->result && (*it)->attachments.empty()) {
+      it = processes_.erase(it);
+      --exited;
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Agent::SendProcessList(Connection& c, uint32_t stream) {
+  const auto unix_ms = [](std::chrono::system_clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+  };
+  p::Processes batch;
+  size_t bytes = 0;
+  for (const auto& e : processes_) {
+    p::ProcessInfo info{.pid = e->pid,
+                        .command = e->command,
+                        .background = e->background,
+                        .pty = e->pty,
+                        .stdin_open = e->in.valid() && !e->stdin_close_pending,
+                        .running = !e->result.has_value(),
+                        .started_unix_ms = unix_ms(e->started_wall)};
+    if (e->result) {
+      info.ended_unix_ms = unix_ms(e->ended_wall);
+      info.exit = *e->result;
+    }
+    bytes += 80 + info.command.size();
+    batch.processes.push_back(std::move(info));
+    if (bytes > (256 << 10)) {
+      Send(c, stream, batch);
+      batch.processes.clear();
+      bytes = 0;
+    }
+  }
+  if (!batch.processes.empty()) Send(c, stream, batch);
+  Send(c, stream, p::Done{processes_.size()});
 }
 
 void Agent::PumpDownloads(Connection& c) {

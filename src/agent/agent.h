@@ -5,7 +5,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -32,6 +34,31 @@ struct AgentOptions {
   size_t send_high_water = 4 << 20;   // stop reading process output above this much unsent
   size_t send_low_water = 1 << 20;    // and start again below this
   size_t stdin_buffer_cap = 1 << 20;  // stop reading the channel while a stdin buffer is fuller
+  uint32_t default_ring_bytes = 1 << 20;  // recent output kept per background process
+  size_t max_exited_background = 64;      // exited background processes remembered
+};
+
+// The recent output of a background process: a window of the byte sequence it wrote (stdout
+// and stderr interleaved in the order the agent read them), addressed by absolute offsets.
+// Appending past the capacity forgets the oldest bytes.
+class OutputRing {
+ public:
+  explicit OutputRing(size_t capacity) : capacity_(capacity) {}
+  void Append(protocol::OutputFd fd, std::string_view data);
+  uint64_t start() const { return start_; }  // the oldest offset still held
+  uint64_t end() const { return end_; }      // one past the newest
+  // Up to `max` bytes from `offset` (start() <= offset < end()), all from one fd.
+  std::pair<protocol::OutputFd, std::string_view> Read(uint64_t offset, size_t max) const;
+
+ private:
+  struct Chunk {
+    uint64_t offset;
+    protocol::OutputFd fd;
+    std::string data;
+  };
+  size_t capacity_;
+  std::deque<Chunk> chunks_;
+  uint64_t start_ = 0, end_ = 0;
 };
 
 class Agent {
@@ -54,6 +81,7 @@ class Agent {
  private:
   struct Connection;
   struct ExecState;
+  struct Attachment;
   struct Watch {
     enum Kind { kSignal, kListen, kChannel, kStdout, kStderr, kStdin } kind;
     Connection* conn = nullptr;
@@ -61,11 +89,19 @@ class Agent {
   };
   using Clock = std::chrono::steady_clock;
 
+  // A process the agent started: foreground (its output goes to the exec stream of `conn`, and
+  // it dies with that channel) or background (owned by the agent, output into `ring`).
   struct ExecState {
-    Connection* conn;
-    uint32_t stream;
+    Connection* conn = nullptr;  // the owning channel; nullptr for a background process
+    uint32_t stream = 0;
     pid_t pid;
     bool pty;
+    bool background = false;
+    std::string command;  // for listings
+    std::chrono::system_clock::time_point started_wall, ended_wall;
+    std::optional<OutputRing> ring;          // background only
+    std::optional<protocol::Exited> result;  // set once finished (background: kept for listing)
+    std::vector<Attachment*> attachments;
     UniqueFd in, out, err;
     UniqueFd pty_master;  // held after output ended, until the command is reaped
     Watch in_watch{Watch::kStdin}, out_watch{Watch::kStdout}, err_watch{Watch::kStderr};
@@ -84,6 +120,19 @@ class Agent {
     // Their sessions. What a process forks as it exits on SIGTERM is handed to the agent, out
     // of the tree, but stays in its session.
     std::vector<pid_t> doomed_sessions;
+  };
+
+  // A stream attached to a process (protocol::Attach): control, and for background processes
+  // a cursor into its output ring.
+  struct Attachment {
+    Connection* conn;
+    uint32_t stream;
+    ExecState* proc;
+    bool output = false;  // sends the ring's bytes from `cursor`
+    bool follow = true;
+    uint64_t cursor = 0;
+    std::optional<uint64_t> stop_at;  // without follow: the ring's end when attached
+    uint64_t sent = 0;
   };
 
   struct Download {
@@ -106,7 +155,8 @@ class Agent {
     uint32_t epoll_events = 0;
     bool output_paused = false;
     bool closing = false;  // a fatal error was queued: stop reading, close once flushed
-    std::map<uint32_t, std::unique_ptr<ExecState>> execs;
+    std::map<uint32_t, ExecState*> execs;  // its foreground processes, by stream
+    std::map<uint32_t, std::unique_ptr<Attachment>> attachments;
     std::map<uint32_t, Upload> uploads;
     std::map<uint32_t, Download> downloads;
     size_t pending() const { return out.size() - out_pos; }
@@ -127,6 +177,17 @@ class Agent {
   void ReapChildren();
   void OnTimers(Clock::time_point now);
   void PumpDownloads(Connection& c);
+  // Sends what attachments of `c` have not yet sent of their rings, and their ends.
+  void PumpAttachments(Connection& c);
+  bool AttachmentHasWork(const Attachment& a) const;
+  void EndAttachment(Attachment& a, const protocol::Message& last);
+  void StartAttach(Connection& c, uint32_t stream, const protocol::Attach& req);
+  void SendProcessList(Connection& c, uint32_t stream);
+  // The process a stream of `c` controls (its exec or attachment), or nullptr.
+  ExecState* ProcessFor(Connection& c, uint32_t stream);
+  ExecState* FindRunning(pid_t pid);
+  // Forgets the oldest exited background processes past the limit (not while attached).
+  void ForgetExited();
 
   void HandleFrame(Connection& c, protocol::Frame frame);
   void StartExec(Connection& c, uint32_t stream, const protocol::Exec& req);
@@ -145,7 +206,8 @@ class Agent {
   void BeginKill(ExecState& e, Clock::time_point now);
   void FinishKill(ExecState& e);
   void MaybeFinish(ExecState& e);
-  void DropExec(ExecState& e);  // kills the tree and forgets it, sending nothing
+  void DropExec(ExecState& e);  // kills the tree, sending nothing (the caller forgets it)
+  void RemoveProcess(ExecState& e);  // out of the table, its attachments ended
   void BeginShutdown();
 
   void AddWatch(int fd, Watch* w, uint32_t events);
@@ -162,7 +224,9 @@ class Agent {
   Watch signal_watch_{Watch::kSignal};
   Watch listen_watch_{Watch::kListen};
   std::vector<std::unique_ptr<Connection>> connections_;
-  std::unordered_map<pid_t, ExecState*> by_pid_;
+  // Every process the agent started that is running, and the exited background ones it still
+  // remembers, in the order they started.
+  std::vector<std::unique_ptr<ExecState>> processes_;
   bool shutting_down_ = false;
   std::optional<Clock::time_point> shutdown_deadline_;
   uint64_t oom_kills_seen_ = 0;

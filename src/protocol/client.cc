@@ -250,6 +250,48 @@ Result<uint64_t> BlockingClient::FinishFileStream(uint32_t stream, std::string* 
   }
 }
 
+Result<std::vector<ProcessInfo>> BlockingClient::ListProcesses() {
+  uint32_t stream = NextStream();
+  if (auto st = Send(stream, ProcList{}); !st) return std::unexpected(st.error());
+  std::vector<ProcessInfo> out;
+  while (true) {
+    auto msg = NextFor(stream);
+    if (!msg) return std::unexpected(msg.error());
+    if (auto* batch = std::get_if<Processes>(&*msg)) {
+      for (auto& p : batch->processes) out.push_back(std::move(p));
+    } else if (std::holds_alternative<Done>(*msg)) {
+      return out;
+    } else if (std::holds_alternative<ErrorMsg>(*msg)) {
+      return std::unexpected(StreamError(*msg));
+    } else {
+      return Fail(ErrorCode::kProtocol, "unexpected " + std::string(MsgTypeName(TypeOf(*msg))) +
+                                            " on a proc_list stream");
+    }
+  }
+}
+
+Result<std::pair<uint32_t, Attached>> BlockingClient::Attach(const protocol::Attach& request) {
+  uint32_t stream = NextStream();
+  if (auto st = Send(stream, request); !st) return std::unexpected(st.error());
+  auto msg = NextFor(stream);
+  if (!msg) return std::unexpected(msg.error());
+  if (auto* attached = std::get_if<Attached>(&*msg)) return std::make_pair(stream, *attached);
+  if (std::holds_alternative<ErrorMsg>(*msg)) return std::unexpected(StreamError(*msg));
+  return Fail(ErrorCode::kProtocol,
+              "unexpected " + std::string(MsgTypeName(TypeOf(*msg))) + " answering attach");
+}
+
+Result<Message> BlockingClient::Detach(uint32_t stream) {
+  if (auto st = Send(stream, protocol::Detach{}); !st) return std::unexpected(st.error());
+  while (true) {
+    auto msg = NextFor(stream);
+    if (!msg) return std::unexpected(msg.error());
+    if (std::holds_alternative<Done>(*msg) || std::holds_alternative<Exited>(*msg)) return msg;
+    if (std::holds_alternative<ErrorMsg>(*msg)) return std::unexpected(StreamError(*msg));
+    // Output still in flight before the end: dropped.
+  }
+}
+
 Status BlockingClient::WriteFile(const std::string& path, std::string_view data, uint32_t mode,
                                  bool create_parents) {
   uint32_t stream = NextStream();

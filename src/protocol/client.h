@@ -53,6 +53,15 @@ class BlockingClient {
   Result<Message> NextFor(uint32_t stream,
                           std::optional<std::chrono::milliseconds> wait = std::nullopt);
 
+  // The agent's process table.
+  Result<std::vector<ProcessInfo>> ListProcesses();
+  // Opens an attach stream; the agent's kAttached answer comes back with the stream id. Its
+  // later frames are read with NextFor; Detach ends it (see messages.h).
+  Result<std::pair<uint32_t, Attached>> Attach(const protocol::Attach& request);
+  // Sends kDetach and reads the stream to its end (kDone, or kExited if the process ended
+  // first); the last message.
+  Result<Message> Detach(uint32_t stream);
+
   Status WriteFile(const std::string& path, std::string_view data, uint32_t mode = 0644,
                    bool create_parents = false);
   Result<std::string> ReadFile(const std::string& path, uint64_t offset = 0, uint64_t length = 0);

@@ -344,8 +344,8 @@ Message ReadExited(Reader& r) {
 
 Message ReadProcesses(Reader& r) {
   Processes m;
-  // The smallest encoded entry: pid, empty command, 4 bools, 2 times and an Exited (42 bytes).
-  constexpr size_t kMinEntry = 4 + 4 + 4 + 16 + 42;
+  // The smallest encoded entry: pid, empty command, 4 bools, 2 times and an Exited (35 bytes).
+  constexpr size_t kMinEntry = 4 + 4 + 4 + 16 + 35;
   uint32_t n = r.Count(kMaxPayload / kMinEntry, kMinEntry, "processes");
   m.processes.reserve(n);
   for (uint32_t i = 0; i < n && r.ok(); ++i) {

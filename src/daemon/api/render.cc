@@ -123,6 +123,39 @@ std::string RenderErrorEvent(const Error& error, std::chrono::system_clock::time
   return EventLine(std::move(doc), "error", time);
 }
 
+std::string RenderDroppedEvent(uint64_t bytes, std::chrono::system_clock::time_point time) {
+  return EventLine({{"bytes", bytes}}, "dropped", time);
+}
+
+namespace {
+json ProcessJson(const ProcessView& p) {
+  json doc = {
+      {"pid", p.pid},
+      {"state", p.running ? "running" : "exited"},
+      {"background", p.background},
+      {"pty", p.pty},
+      {"stdin_open", p.stdin_open},
+      {"started_at", FormatTimestamp(p.started_at)},
+  };
+  PutBytes(doc, "command", p.command);
+  if (!p.running) {
+    doc["ended_at"] = FormatTimestamp(p.ended_at);
+    json exit = ExitFields(p.exit);
+    exit.erase("truncated");  // a background process's output is a ring, never "truncated"
+    doc.update(exit);
+  }
+  return doc;
+}
+}  // namespace
+
+std::string RenderProcess(const ProcessView& process) { return Dump(ProcessJson(process)); }
+
+std::string RenderProcessList(std::span<const ProcessView> processes) {
+  json list = json::array();
+  for (const auto& p : processes) list.push_back(ProcessJson(p));
+  return Dump(json{{"processes", std::move(list)}});
+}
+
 std::string RenderExecResult(const ExecResultView& r) {
   json doc = ExitFields(r);
   PutBytes(doc, "stdout", r.stdout_bytes);

@@ -63,6 +63,28 @@ std::string RenderExitEvent(const ExecResultView& result,
                             std::chrono::system_clock::time_point time);
 std::string RenderErrorEvent(const Error& error, std::chrono::system_clock::time_point time);
 
+// {"type": "dropped", "bytes"}: output of a background process overwritten in its ring before
+// this reader got it.
+std::string RenderDroppedEvent(uint64_t bytes, std::chrono::system_clock::time_point time);
+
+struct ProcessView {
+  int32_t pid = 0;
+  std::string command;
+  bool running = true;
+  bool background = false;
+  bool pty = false;
+  bool stdin_open = false;
+  std::chrono::system_clock::time_point started_at, ended_at;
+  ExecResultView exit;  // exit fields, when !running (stdout/stderr unused)
+};
+
+// {"pid", "command", "state": "running" | "exited", "background", "pty", "stdin_open",
+//  "started_at", and when exited "ended_at" and the exit fields (exit_code, signal,
+//  duration_ms, timed_out, oom_killed)}. command follows the bytes rule ("command_encoding").
+std::string RenderProcess(const ProcessView& process);
+// {"processes": [ ... ]}
+std::string RenderProcessList(std::span<const ProcessView> processes);
+
 struct FileEntryView {
   std::string name;
   std::string type;  // "file", "directory", "symlink", "other"

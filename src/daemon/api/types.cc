@@ -1,6 +1,7 @@
 #include "daemon/api/types.h"
 
 #include <charconv>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <utility>
@@ -390,6 +391,83 @@ Result<ExecRequest> ExecRequest::FromJson(std::string_view body) {
   return req;
 }
 
+Result<int> ParseSignal(const json& value, std::string_view field) {
+  const std::string name(field);
+  if (value.is_number_integer()) {
+    const int64_t n = value.get<int64_t>();
+    if (n < 1 || n > 64) return Invalid(name + " must be 1..64, got " + std::to_string(n));
+    return static_cast<int>(n);
+  }
+  if (!value.is_string()) {
+    return Invalid(name + " must be a signal name (\"TERM\") or number, got " + Describe(value));
+  }
+  std::string_view text = value.get_ref<const std::string&>();
+  if (text.starts_with("SIG")) text.remove_prefix(3);
+  for (int sig = 1; sig < 32; ++sig) {
+    const char* abbrev = ::sigabbrev_np(sig);
+    if (abbrev && text == abbrev) return sig;
+  }
+  return Invalid(name + " is not a signal name: " + Quote(value.get<std::string>()));
+}
+
+Result<SignalRequest> SignalRequest::FromJson(std::string_view body) {
+  json doc;
+  AIRLOCK_TRY_ASSIGN(doc, ParseJsonObject(body));
+  AIRLOCK_TRY(RejectUnknownFields(doc, "request body", {"signal"}));
+  if (!doc.contains("signal")) return Invalid("missing signal (a name like \"TERM\" or a number)");
+  SignalRequest req;
+  AIRLOCK_TRY_ASSIGN(req.signo, ParseSignal(doc["signal"]));
+  return req;
+}
+
+Result<StdinRequest> StdinRequest::FromJson(std::string_view body) {
+  json doc;
+  AIRLOCK_TRY_ASSIGN(doc, ParseJsonObject(body));
+  AIRLOCK_TRY(RejectUnknownFields(doc, "request body", {"data", "encoding", "close"}));
+  StdinRequest req;
+  std::string encoding = "utf-8";
+  if (doc.contains("encoding")) {
+    AIRLOCK_TRY_ASSIGN(encoding, GetString(doc["encoding"], "encoding", 16, false));
+    if (encoding != "utf-8" && encoding != "base64") {
+      return Invalid("encoding must be \"utf-8\" or \"base64\", got " + Quote(encoding));
+    }
+  }
+  if (doc.contains("data")) {
+    const size_t max_text = encoding == "base64" ? (kMaxStdinBytes + 2) / 3 * 4 : kMaxStdinBytes;
+    std::string text;
+    AIRLOCK_TRY_ASSIGN(text, GetString(doc["data"], "data", max_text, true));
+    if (encoding == "base64") {
+      auto decoded = Base64Decode(text);
+      if (!decoded) return std::unexpected(std::move(decoded.error()).Wrap("data"));
+      if (decoded->size() > kMaxStdinBytes) {
+        return Invalid("data must be at most " + std::to_string(kMaxStdinBytes) + " bytes");
+      }
+      req.data = std::move(*decoded);
+    } else {
+      req.data = std::move(text);
+    }
+  }
+  if (doc.contains("close")) {
+    if (!doc["close"].is_boolean()) return Invalid("close must be true or false");
+    req.close = doc["close"].get<bool>();
+  }
+  if (req.data.empty() && !req.close) return Invalid("give data, close: true, or both");
+  return req;
+}
+
+Result<WaitRequest> WaitRequest::FromJson(std::string_view body) {
+  WaitRequest req;
+  if (body.empty()) return req;
+  json doc;
+  AIRLOCK_TRY_ASSIGN(doc, ParseJsonObject(body));
+  AIRLOCK_TRY(RejectUnknownFields(doc, "request body", {"timeout_seconds"}));
+  if (doc.contains("timeout_seconds")) {
+    AIRLOCK_TRY_ASSIGN(req.timeout_seconds, GetPositiveNumber(doc["timeout_seconds"],
+                                                              "timeout_seconds", kMaxWaitSeconds));
+  }
+  return req;
+}
+
 Result<FileQuery> FileQuery::FromQuery(const QueryParams& params, FileOp op) {
   switch (op) {
     case FileOp::kRead:
@@ -422,6 +500,15 @@ Result<FileQuery> FileQuery::FromQuery(const QueryParams& params, FileOp op) {
     }
   }
   if (!has_path) return Invalid("missing query parameter \"path\"");
+  return query;
+}
+
+Result<OutputQuery> OutputQuery::FromQuery(const QueryParams& params) {
+  AIRLOCK_TRY(CheckQueryNames(params, {"follow"}, false));
+  OutputQuery query;
+  for (const auto& [name, value] : params) {
+    AIRLOCK_TRY_ASSIGN(query.follow, ParseQueryBool(value, "follow"));
+  }
   return query;
 }
 

@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "common/error.h"
 #include "daemon/api/query.h"
 #include "runtime/runtime.h"
@@ -112,6 +114,38 @@ struct ExecRequest {
 
   bool is_shell() const { return !cmd.empty(); }
   [[nodiscard]] static Result<ExecRequest> FromJson(std::string_view body);
+};
+
+// A signal as the API takes it: a name with or without "SIG" ("TERM", "SIGINT"; upper case)
+// or a number 1..64. `field` names it in errors.
+[[nodiscard]] Result<int> ParseSignal(const nlohmann::json& value,
+                                      std::string_view field = "signal");
+
+// POST .../processes/{pid}/signal: {"signal"}.
+struct SignalRequest {
+  int signo = 0;
+  [[nodiscard]] static Result<SignalRequest> FromJson(std::string_view body);
+};
+
+// POST .../processes/{pid}/stdin: {"data"?, "encoding"?: "utf-8" | "base64", "close"?}.
+struct StdinRequest {
+  std::string data;  // decoded; at most kMaxStdinBytes
+  bool close = false;
+  [[nodiscard]] static Result<StdinRequest> FromJson(std::string_view body);
+};
+
+// POST .../processes/{pid}/wait: {"timeout_seconds"?} (an empty body takes the default).
+inline constexpr double kDefaultWaitSeconds = 30;
+inline constexpr double kMaxWaitSeconds = 3600;
+struct WaitRequest {
+  double timeout_seconds = kDefaultWaitSeconds;
+  [[nodiscard]] static Result<WaitRequest> FromJson(std::string_view body);
+};
+
+// GET .../processes/{pid}/output?follow=true|false
+struct OutputQuery {
+  bool follow = false;
+  [[nodiscard]] static Result<OutputQuery> FromQuery(const QueryParams& params);
 };
 
 // "KEY=VALUE" strings, as runtime::SandboxSpec and the agent protocol take them.

@@ -38,12 +38,24 @@ protocol::Exec ToProtocolExec(const api::ExecRequest& request) {
   exec.cwd = request.cwd;
   exec.env = api::EnvList(request.env);
   exec.user = request.user;
-  exec.stdin_mode =
-      request.stdin_data.empty() ? protocol::StdinMode::kNull : protocol::StdinMode::kPipe;
+  exec.stdin_mode = request.stdin_data.empty() && !request.stdin_open
+                        ? protocol::StdinMode::kNull
+                        : protocol::StdinMode::kPipe;
   exec.timeout_ms =
       std::max<uint64_t>(1, static_cast<uint64_t>(std::llround(request.timeout_seconds * 1000)));
+  // A background command has no timeout unless the request gives one.
+  if (request.background && !request.timeout_given) exec.timeout_ms = 0;
+  exec.background = request.background;
+  if (request.pty) {
+    exec.pty = true;
+    exec.pty_cols = request.pty->cols;
+    exec.pty_rows = request.pty->rows;
+  }
   return exec;
 }
+
+// How long one wait on the agent may be before a silent channel counts as broken.
+constexpr auto kForever = std::chrono::hours(24 * 365);
 
 // Idle agent channels kept per sandbox; more are opened while more commands run at once.
 constexpr size_t kMaxIdleChannels = 4;
@@ -467,19 +479,25 @@ Result<protocol::ExecResult> Controller::Exec(const std::string& id,
   return result;
 }
 
+// The events of an exec stream or an attach stream, one NDJSON line each.
 class Controller::StreamingExec : public ExecStream {
  public:
   StreamingExec(Controller& controller, std::string id, Channel channel, uint32_t stream,
-                std::chrono::milliseconds silence_limit)
+                std::chrono::milliseconds silence_limit, int32_t pid, std::string first_event,
+                bool done)
       : controller_(controller),
         id_(std::move(id)),
         channel_(std::move(channel)),
         stream_(stream),
-        silence_limit_(silence_limit) {}
+        silence_limit_(silence_limit),
+        pid_(pid),
+        first_(std::move(first_event)),
+        done_(done) {}
 
   int32_t pid() const override { return pid_; }
 
   std::optional<std::string> Next() override {
+    if (!first_.empty()) return std::exchange(first_, std::string());
     while (!done_) {
       // Waits a second at a time, so that the server can check on its client between waits
       // (an empty piece sends nothing).
@@ -494,16 +512,21 @@ class Controller::StreamingExec : public ExecStream {
         return api::RenderErrorEvent(controller_.ExecError(id_, std::move(msg.error())), now);
       }
       silent_ = {};
-      if (auto* started = std::get_if<protocol::Started>(&*msg)) {
-        return api::RenderStartEvent(started->pid, now);
-      }
       if (auto* out = std::get_if<protocol::Output>(&*msg)) {
         return api::RenderOutputEvent(out->fd == protocol::OutputFd::kStdout, out->data, now);
+      }
+      if (auto* dropped = std::get_if<protocol::Dropped>(&*msg)) {
+        return api::RenderDroppedEvent(dropped->bytes, now);
       }
       if (auto* exited = std::get_if<protocol::Exited>(&*msg)) {
         done_ = true;
         channel_.Keep();
         return api::RenderExitEvent(ToResultView({.exit = *exited}), now);
+      }
+      if (std::holds_alternative<protocol::Done>(*msg)) {  // an attachment's replay ended
+        done_ = true;
+        channel_.Keep();
+        break;
       }
       if (auto* error = std::get_if<protocol::ErrorMsg>(&*msg)) {
         done_ = true;
@@ -523,8 +546,9 @@ class Controller::StreamingExec : public ExecStream {
   // margin) is broken.
   std::chrono::milliseconds silence_limit_;
   std::chrono::milliseconds silent_{0};
-  bool done_ = false;
-  int32_t pid_ = 0;
+  int32_t pid_;
+  std::string first_;  // sent before anything read from the channel
+  bool done_;
 };
 
 Result<std::unique_ptr<ExecStream>> Controller::StartExec(const std::string& id,
@@ -535,7 +559,9 @@ Result<std::unique_ptr<ExecStream>> Controller::StartExec(const std::string& id,
   // A stream holds nothing in the daemon (each piece waits for the client to take the last),
   // so the output is not capped; a plain exec keeps the agent's default cap (16 MiB).
   exec.output_cap = uint64_t{1} << 50;
-  const auto silence_limit = std::chrono::milliseconds(exec.timeout_ms) + std::chrono::seconds(30);
+  const auto silence_limit = exec.timeout_ms
+                                 ? std::chrono::milliseconds(exec.timeout_ms) + std::chrono::seconds(30)
+                                 : std::chrono::milliseconds(kForever);
   auto stream = (*channel)->StartExec(exec);
   if (!stream) return std::unexpected(ExecError(id, std::move(stream.error())));
   if (exec.stdin_mode == protocol::StdinMode::kPipe) {
@@ -544,40 +570,259 @@ Result<std::unique_ptr<ExecStream>> Controller::StartExec(const std::string& id,
       auto st = (*channel)->Send(*stream, protocol::StdinData{std::string(in.substr(off, protocol::kMaxChunk))});
       if (!st) return std::unexpected(ExecError(id, std::move(st.error())));
     }
-    if (auto st = (*channel)->Send(*stream, protocol::StdinClose{}); !st) {
-      return std::unexpected(ExecError(id, std::move(st.error())));
+    if (!request.stdin_open) {
+      if (auto st = (*channel)->Send(*stream, protocol::StdinClose{}); !st) {
+        return std::unexpected(ExecError(id, std::move(st.error())));
+      }
     }
   }
-  return std::make_unique<StreamingExec>(*this, id, std::move(*channel), *stream, silence_limit);
+  // The first answer: the pid, or why the command could not start (an error event, so that the
+  // stream still answers 200 like any command that ran and failed).
+  auto first = (*channel)->NextFor(*stream);
+  const auto now = std::chrono::system_clock::now();
+  if (!first) return std::unexpected(ExecError(id, std::move(first.error())));
+  if (auto* started = std::get_if<protocol::Started>(&*first)) {
+    return std::make_unique<StreamingExec>(*this, id, std::move(*channel), *stream, silence_limit,
+                                           started->pid,
+                                           api::RenderStartEvent(started->pid, now), false);
+  }
+  if (auto* error = std::get_if<protocol::ErrorMsg>(&*first)) {
+    Error e = ExecError(id, Error(error->code, error->message, error->sys_errno));
+    channel->Keep();
+    return std::make_unique<StreamingExec>(*this, id, std::move(*channel), *stream, silence_limit, 0,
+                                           api::RenderErrorEvent(e, now), true);
+  }
+  return Fail(ErrorCode::kProtocol, "the agent answered exec with " +
+                                        std::string(protocol::MsgTypeName(protocol::TypeOf(*first))));
 }
 
-Result<protocol::ProcessInfo> Controller::StartBackground(const std::string&,
-                                                          const api::ExecRequest&) {
-  return Fail(ErrorCode::kUnimplemented, "not yet");
+api::ProcessView ToProcessView(const protocol::ProcessInfo& info) {
+  const auto from_ms = [](int64_t ms) {
+    return std::chrono::system_clock::time_point(std::chrono::milliseconds(ms));
+  };
+  api::ProcessView view;
+  view.pid = info.pid;
+  view.command = info.command;
+  view.running = info.running;
+  view.background = info.background;
+  view.pty = info.pty;
+  view.stdin_open = info.stdin_open;
+  view.started_at = from_ms(info.started_unix_ms);
+  if (!info.running) {
+    view.ended_at = from_ms(info.ended_unix_ms);
+    view.exit = ToResultView({.exit = info.exit});
+  }
+  return view;
 }
-Result<std::vector<protocol::ProcessInfo>> Controller::ListProcesses(const std::string&) {
-  return Fail(ErrorCode::kUnimplemented, "not yet");
+
+Error Controller::ProcessError(const std::string& id, int32_t pid, Error error) {
+  return Explain(id, std::move(error).Wrap("process " + std::to_string(pid) + " in " + id));
 }
-Result<protocol::ProcessInfo> Controller::GetProcess(const std::string&, int32_t) {
-  return Fail(ErrorCode::kUnimplemented, "not yet");
+
+Result<protocol::ProcessInfo> Controller::FindProcess(const std::string& id, Channel& channel,
+                                                      int32_t pid) {
+  auto all = channel->ListProcesses();
+  if (!all) return std::unexpected(Explain(id, std::move(all.error())));
+  channel.Keep();
+  // The running one with this pid, else the latest that had it.
+  const protocol::ProcessInfo* found = nullptr;
+  for (const auto& p : *all) {
+    if (p.pid == pid && (!found || p.running || !found->running)) found = &p;
+  }
+  if (!found) {
+    return Fail(ErrorCode::kNotFound, "no process " + std::to_string(pid) + " in " + id +
+                                          " (never started by the API, or forgotten)");
+  }
+  return *found;
 }
-Result<protocol::ProcessInfo> Controller::SignalProcess(const std::string&, int32_t, int) {
-  return Fail(ErrorCode::kUnimplemented, "not yet");
+
+Result<protocol::ProcessInfo> Controller::StartBackground(const std::string& id,
+                                                          const api::ExecRequest& request) {
+  auto channel = Acquire(id);
+  if (!channel) return std::unexpected(channel.error());
+  protocol::Exec exec = ToProtocolExec(request);
+  auto stream = (*channel)->StartExec(exec);
+  if (!stream) return std::unexpected(ExecError(id, std::move(stream.error())));
+  auto first = (*channel)->NextFor(*stream);
+  if (!first) return std::unexpected(ExecError(id, std::move(first.error())));
+  if (auto* error = std::get_if<protocol::ErrorMsg>(&*first)) {
+    return std::unexpected(ExecError(id, Error(error->code, error->message, error->sys_errno)));
+  }
+  auto* started = std::get_if<protocol::Started>(&*first);
+  if (!started) return Fail(ErrorCode::kProtocol, "the agent did not answer exec with started");
+  const int32_t pid = started->pid;
+  if (!request.stdin_data.empty() || (exec.stdin_mode == protocol::StdinMode::kPipe &&
+                                      !request.stdin_open)) {
+    auto attached = (*channel)->Attach({.pid = pid});
+    if (!attached) return std::unexpected(ProcessError(id, pid, std::move(attached.error())));
+    const uint32_t s = attached->first;
+    for (size_t off = 0; off < request.stdin_data.size(); off += protocol::kMaxChunk) {
+      auto st = (*channel)->Send(
+          s, protocol::StdinData{request.stdin_data.substr(off, protocol::kMaxChunk)});
+      if (!st) return std::unexpected(ProcessError(id, pid, std::move(st.error())));
+    }
+    if (!request.stdin_open) {
+      if (auto st = (*channel)->Send(s, protocol::StdinClose{}); !st) {
+        return std::unexpected(ProcessError(id, pid, std::move(st.error())));
+      }
+    }
+    if (auto end = (*channel)->Detach(s); !end) {
+      return std::unexpected(ProcessError(id, pid, std::move(end.error())));
+    }
+  }
+  return FindProcess(id, *channel, pid);
 }
-Result<protocol::ProcessInfo> Controller::WriteProcessStdin(const std::string&, int32_t,
-                                                            std::string_view, bool) {
-  return Fail(ErrorCode::kUnimplemented, "not yet");
+
+Result<std::vector<protocol::ProcessInfo>> Controller::ListProcesses(const std::string& id) {
+  auto channel = Acquire(id);
+  if (!channel) return std::unexpected(channel.error());
+  auto all = (*channel)->ListProcesses();
+  if (!all) return std::unexpected(Explain(id, std::move(all.error())));
+  channel->Keep();
+  return all;
 }
-Result<protocol::ProcessInfo> Controller::WaitProcess(const std::string&, int32_t,
-                                                      std::chrono::milliseconds) {
-  return Fail(ErrorCode::kUnimplemented, "not yet");
+
+Result<protocol::ProcessInfo> Controller::GetProcess(const std::string& id, int32_t pid) {
+  auto channel = Acquire(id);
+  if (!channel) return std::unexpected(channel.error());
+  return FindProcess(id, *channel, pid);
 }
-Result<std::unique_ptr<ExecStream>> Controller::AttachOutput(const std::string&, int32_t, bool,
-                                                             bool) {
-  return Fail(ErrorCode::kUnimplemented, "not yet");
+
+Result<protocol::ProcessInfo> Controller::ControlOnce(
+    const std::string& id, int32_t pid,
+    const std::function<Result<bool>(Channel&, uint32_t, const protocol::Attached&)>& action) {
+  auto channel = Acquire(id);
+  if (!channel) return std::unexpected(channel.error());
+  auto attached = (*channel)->Attach({.pid = pid});
+  if (!attached) return std::unexpected(ProcessError(id, pid, std::move(attached.error())));
+  auto ended = action(*channel, attached->first, attached->second);
+  if (!ended) {
+    // The attachment may still be open: the channel is not reused.
+    return std::unexpected(ProcessError(id, pid, std::move(ended.error())));
+  }
+  if (!*ended) {
+    if (auto end = (*channel)->Detach(attached->first); !end) {
+      return std::unexpected(ProcessError(id, pid, std::move(end.error())));
+    }
+  }
+  return FindProcess(id, *channel, pid);
 }
-Result<std::unique_ptr<ProcessControl>> Controller::Control(const std::string&, int32_t) {
-  return Fail(ErrorCode::kUnimplemented, "not yet");
+
+Result<protocol::ProcessInfo> Controller::SignalProcess(const std::string& id, int32_t pid,
+                                                        int signo) {
+  return ControlOnce(id, pid,
+                     [&](Channel& channel, uint32_t stream, const protocol::Attached&) -> Result<bool> {
+                       if (auto st = channel->Send(stream, protocol::Signal{signo}); !st) {
+                         return std::unexpected(st.error());
+                       }
+                       return false;
+                     });
+}
+
+Result<protocol::ProcessInfo> Controller::WriteProcessStdin(const std::string& id, int32_t pid,
+                                                            std::string_view data, bool close) {
+  return ControlOnce(
+      id, pid,
+      [&](Channel& channel, uint32_t stream, const protocol::Attached& info) -> Result<bool> {
+        if (!info.stdin_open) {
+          return Fail(ErrorCode::kFailedPrecondition,
+                      info.running ? "its stdin is not open (start it with \"stdin_open\": true, "
+                                     "or it was closed)"
+                                   : "it has exited");
+        }
+        for (size_t off = 0; off < data.size(); off += protocol::kMaxChunk) {
+          auto st = channel->Send(
+              stream, protocol::StdinData{std::string(data.substr(off, protocol::kMaxChunk))});
+          if (!st) return std::unexpected(st.error());
+        }
+        if (close) {
+          if (auto st = channel->Send(stream, protocol::StdinClose{}); !st) {
+            return std::unexpected(st.error());
+          }
+        }
+        return false;
+      });
+}
+
+Result<protocol::ProcessInfo> Controller::WaitProcess(const std::string& id, int32_t pid,
+                                                      std::chrono::milliseconds timeout) {
+  return ControlOnce(id, pid, [&](Channel& channel, uint32_t stream,
+                                  const protocol::Attached& info) -> Result<bool> {
+    // An attachment to an exited process ends at once with its kExited.
+    auto msg = channel->NextFor(stream, info.running ? timeout : std::chrono::seconds(60));
+    if (!msg && msg.error().code() == ErrorCode::kDeadlineExceeded) return false;  // running
+    if (!msg) return std::unexpected(msg.error());
+    if (auto* error = std::get_if<protocol::ErrorMsg>(&*msg)) {
+      return std::unexpected(protocol::FromErrorMsg(*error));
+    }
+    return std::holds_alternative<protocol::Exited>(*msg);
+  });
+}
+
+Result<std::unique_ptr<ExecStream>> Controller::AttachOutput(const std::string& id, int32_t pid,
+                                                             bool replay, bool follow) {
+  auto channel = Acquire(id);
+  if (!channel) return std::unexpected(channel.error());
+  auto attached = (*channel)->Attach(
+      {.pid = pid,
+       .output = replay ? protocol::AttachOutput::kReplay : protocol::AttachOutput::kLive,
+       .follow = follow});
+  if (!attached) return std::unexpected(ProcessError(id, pid, std::move(attached.error())));
+  return std::make_unique<StreamingExec>(
+      *this, id, std::move(*channel), attached->first, std::chrono::milliseconds(kForever), pid,
+      api::RenderStartEvent(pid, std::chrono::system_clock::now()), false);
+}
+
+class Controller::AttachedControl final : public ProcessControl {
+ public:
+  AttachedControl(Channel channel, uint32_t stream, protocol::Attached info)
+      : channel_(std::move(channel)), stream_(stream), info_(info) {}
+  const protocol::Attached& info() const override { return info_; }
+  Status WriteStdin(std::string_view data) override {
+    if (!info_.stdin_open) {
+      return Fail(ErrorCode::kFailedPrecondition,
+                  "the stdin of process " + std::to_string(info_.pid) + " is not open");
+    }
+    for (size_t off = 0; off < data.size(); off += protocol::kMaxChunk) {
+      auto st = channel_->Send(stream_, protocol::StdinData{std::string(data.substr(off, protocol::kMaxChunk))});
+      if (!st) return st;
+    }
+    return {};
+  }
+  Status CloseStdin() override {
+    if (!info_.stdin_open) return {};
+    info_.stdin_open = false;
+    return channel_->Send(stream_, protocol::StdinClose{});
+  }
+  Status Signal(int signo) override {
+    if (signo < 1 || signo > 64) {
+      return Fail(ErrorCode::kInvalidArgument, "signal " + std::to_string(signo) + " is not 1..64");
+    }
+    return channel_->Send(stream_, protocol::Signal{signo});
+  }
+  Status Resize(uint16_t cols, uint16_t rows) override {
+    if (!info_.pty) {
+      return Fail(ErrorCode::kFailedPrecondition,
+                  "process " + std::to_string(info_.pid) + " has no terminal");
+    }
+    if (cols == 0 || rows == 0) {
+      return Fail(ErrorCode::kInvalidArgument, "terminal size must be non-zero");
+    }
+    return channel_->Send(stream_, protocol::Resize{rows, cols});
+  }
+
+ private:
+  Channel channel_;  // dropped with the object: closing it detaches
+  uint32_t stream_;
+  protocol::Attached info_;
+};
+
+Result<std::unique_ptr<ProcessControl>> Controller::Control(const std::string& id, int32_t pid) {
+  auto channel = Acquire(id);
+  if (!channel) return std::unexpected(channel.error());
+  auto attached = (*channel)->Attach({.pid = pid});
+  if (!attached) return std::unexpected(ProcessError(id, pid, std::move(attached.error())));
+  return std::make_unique<AttachedControl>(std::move(*channel), attached->first, attached->second);
 }
 
 std::string Controller::Resolve(const std::string& path) const {

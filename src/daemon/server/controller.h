@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -55,8 +56,9 @@ class ProcessControl {
   virtual Status Resize(uint16_t cols, uint16_t rows) = 0;
 };
 
-// The API's view of a finished command.
+// The API's view of a finished command, and of a process table entry.
 api::ExecResultView ToResultView(protocol::ExecResult result);
+api::ProcessView ToProcessView(const protocol::ProcessInfo& info);
 
 // What recovery did at start.
 struct RecoveryReport {
@@ -165,6 +167,15 @@ class Controller {
   // A channel on loan for one operation; given back with Keep() when it ended cleanly.
   class Channel;
   class StreamingExec;
+  class AttachedControl;
+  Error ProcessError(const std::string& id, int32_t pid, Error error);
+  // The entry for `pid` from the agent's table (kNotFound if it has none); keeps the channel.
+  Result<protocol::ProcessInfo> FindProcess(const std::string& id, Channel& channel, int32_t pid);
+  // Attaches to `pid`, runs `action` on the attachment (true: the stream has ended, with the
+  // process), detaches; then the entry.
+  Result<protocol::ProcessInfo> ControlOnce(
+      const std::string& id, int32_t pid,
+      const std::function<Result<bool>(Channel&, uint32_t, const protocol::Attached&)>& action);
   // Exec's and StartExec's mapping of an error of the agent about the command.
   Error ExecError(const std::string& id, Error error);
 

@@ -213,6 +213,9 @@ struct HttpServer::Impl {
         co_await backoff.async_wait(asio::redirect_error(asio::use_awaitable, ec));
         continue;
       }
+      // Small pieces (a streamed line, a WebSocket frame) go out at once: without this, Nagle
+      // holds each behind the client's delayed ACK, some 40 ms.
+      socket.set_option(tcp::no_delay(true), ec);
       auto executor = socket.get_executor();
       asio::co_spawn(executor, Session(server, std::move(socket)), asio::detached);
     }

@@ -1,6 +1,8 @@
 #include "daemon/server/router.h"
 
+#include <charconv>
 #include <chrono>
+#include <cmath>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <string_view>
@@ -185,7 +187,7 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
   }
 
   const std::vector<std::string_view> parts = SplitPath(path);
-  if (parts.size() < 2 || parts[1] != "sandboxes" || parts.size() > 5) return NotFoundRoute(path);
+  if (parts.size() < 2 || parts[1] != "sandboxes" || parts.size() > 6) return NotFoundRoute(path);
 
   if (parts.size() == 2) {  // /v1/sandboxes
     if (method == "POST") {
@@ -214,9 +216,13 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
   // /v1/sandboxes/{id}[/...]: which route first (404 / 405), then the id (400).
   const std::string id(parts[2]);
   const std::string_view op = parts.size() >= 4 ? parts[3] : std::string_view();
-  enum class Route { kSandbox, kExec, kPause, kResume, kFiles };
+  enum class Route { kSandbox, kExec, kPause, kResume, kFiles, kProcesses };
   Route route;
-  if (parts.size() == 3) {
+  if (op == "processes" && parts.size() <= 6) {
+    route = Route::kProcesses;
+  } else if (parts.size() == 6) {
+    return NotFoundRoute(path);
+  } else if (parts.size() == 3) {
     route = Route::kSandbox;
     if (method != "GET" && method != "DELETE" && method != "PATCH") {
       return MethodNotAllowed(method, path, {"GET", "PATCH", "DELETE"});
@@ -233,6 +239,9 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
   if (auto st = ValidateSandboxId(id); !st) return FromError(st.error());
   if (route == Route::kFiles) {
     return Files(request, id, parts.size() == 5 ? parts[4] : std::string_view(), raw_query);
+  }
+  if (route == Route::kProcesses) {
+    return Processes(request, id, std::span(parts).subspan(4), raw_query);
   }
   if (!raw_query.empty()) {
     return FromError(Error(ErrorCode::kInvalidArgument, "this route takes no query string"));
@@ -258,6 +267,12 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
     case Route::kExec: {
       auto exec = api::ExecRequest::FromJson(request.body);
       if (!exec) return FromError(exec.error());
+      if (exec->background) {
+        auto started = Timed(metrics_, Metrics::Op::kExec,
+                             [&] { return controller_.StartBackground(id, *exec); });
+        if (!started) return FromError(started.error());
+        return {200, api::RenderProcess(ToProcessView(*started)), ""};
+      }
       if (exec->stream) {
         auto started =
             Timed(metrics_, Metrics::Op::kExec, [&] { return controller_.StartExec(id, *exec); });
@@ -274,9 +289,76 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
       return {200, api::RenderExecResult(ToResultView(std::move(*result))), ""};
     }
     case Route::kFiles:
+    case Route::kProcesses:
       break;
   }
   return NotFoundRoute(path);
+}
+
+HttpReply Router::Processes(const HttpRequest& request, const std::string& id,
+                           std::span<const std::string_view> rest, std::string_view raw_query) {
+  const std::string_view method = request.method;
+  const std::string path(request.target.substr(0, request.target.find('?')));
+  auto reply = [](Result<protocol::ProcessInfo> info) -> HttpReply {
+    if (!info) return FromError(info.error());
+    return {200, api::RenderProcess(ToProcessView(*info)), ""};
+  };
+  const bool is_output = rest.size() == 2 && rest[1] == "output";
+  if (!raw_query.empty() && !is_output) {
+    return FromError(Error(ErrorCode::kInvalidArgument, "this route takes no query string"));
+  }
+  if (rest.empty()) {  // .../processes
+    if (method != "GET") return MethodNotAllowed(method, path, {"GET"});
+    auto all = controller_.ListProcesses(id);
+    if (!all) return FromError(all.error());
+    std::vector<api::ProcessView> views;
+    for (const auto& p : *all) views.push_back(ToProcessView(p));
+    return {200, api::RenderProcessList(views), ""};
+  }
+  const std::string_view action = rest.size() == 2 ? rest[1] : std::string_view();
+  if (rest.size() == 2 && action != "signal" && action != "stdin" && action != "wait" &&
+      !is_output) {
+    return NotFoundRoute(path);
+  }
+  const char* allowed = rest.size() == 1 || is_output ? "GET" : "POST";
+  if (method != allowed) return MethodNotAllowed(method, path, {allowed});
+  // The pid: a positive decimal number, as the agent's table has it.
+  int32_t pid = 0;
+  const std::string_view text = rest[0];
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), pid);
+  if (ec != std::errc() || end != text.data() + text.size() || pid <= 0 || text.starts_with('0')) {
+    return FromError(Error(ErrorCode::kInvalidArgument,
+                           "a pid is a positive decimal number, got " + std::string(text)));
+  }
+  if (rest.size() == 1) return reply(controller_.GetProcess(id, pid));
+  if (action == "signal") {
+    auto req = api::SignalRequest::FromJson(request.body);
+    if (!req) return FromError(req.error());
+    return reply(controller_.SignalProcess(id, pid, req->signo));
+  }
+  if (action == "stdin") {
+    auto req = api::StdinRequest::FromJson(request.body);
+    if (!req) return FromError(req.error());
+    return reply(controller_.WriteProcessStdin(id, pid, req->data, req->close));
+  }
+  if (action == "wait") {
+    auto req = api::WaitRequest::FromJson(request.body);
+    if (!req) return FromError(req.error());
+    const auto timeout = std::chrono::milliseconds(std::llround(req->timeout_seconds * 1000));
+    return reply(controller_.WaitProcess(id, pid, timeout));
+  }
+  // output
+  auto params = api::ParseQueryString(raw_query);
+  if (!params) return FromError(params.error());
+  auto query = api::OutputQuery::FromQuery(*params);
+  if (!query) return FromError(query.error());
+  auto stream = controller_.AttachOutput(id, pid, /*replay=*/true, query->follow);
+  if (!stream) return FromError(stream.error());
+  HttpReply out{200, "", ""};
+  out.content_type = "application/x-ndjson";
+  std::shared_ptr<ExecStream> shared = std::move(*stream);
+  out.next_chunk = [shared] { return shared->Next(); };
+  return out;
 }
 
 HttpReply Router::Files(const HttpRequest& request, const std::string& id, std::string_view sub,

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -50,6 +51,8 @@ class Router {
   HttpReply Dispatch(const HttpRequest& request);
   HttpReply Files(const HttpRequest& request, const std::string& id, std::string_view sub,
                   std::string_view raw_query);
+  HttpReply Processes(const HttpRequest& request, const std::string& id,
+                      std::span<const std::string_view> rest, std::string_view raw_query);
   HttpReply RenderMetrics();
 
   Controller& controller_;

@@ -76,7 +76,9 @@ std::vector<Message> Openers() {
           Stat{"/s"},
           List{"/l"},
           Remove{"/x", false},
-          Mkdir{"/d", 0755, false}};
+          Mkdir{"/d", 0755, false},
+          Attach{.pid = 7},
+          ProcList{}};
 }
 
 // Every message type that is not an opener.
@@ -96,7 +98,11 @@ std::vector<Message> NonOpeners() {
           StatResult{Info()},
           Entries{{Info()}},
           Done{1},
-          Err()};
+          Err(),
+          Detach{},
+          Attached{.pid = 7},
+          Dropped{1},
+          Processes{}};
 }
 
 // --- the handshake, for both roles ---
@@ -256,14 +262,14 @@ TEST_F(AgentStateTest, StdinStateIsPerStream) {
   EXPECT_TRUE(Rejects(st_, 1, StdinData{"x"}, "stdin is not an open pipe"));
 }
 
-TEST_F(AgentStateTest, SignalOnlyOnExec) {
+TEST_F(AgentStateTest, SignalOnlyOnExecAndAttach) {
   ASSERT_TRUE(Accepts(st_, 1, NullExec()));
   ASSERT_TRUE(Accepts(st_, 2, PtyExec()));
   EXPECT_TRUE(Accepts(st_, 1, Signal{15}));
   EXPECT_TRUE(Accepts(st_, 2, Signal{9}));
   uint32_t stream = 2;
   for (const auto& m : Openers()) {
-    if (TypeOf(m) == MsgType::kExec) continue;
+    if (TypeOf(m) == MsgType::kExec || TypeOf(m) == MsgType::kAttach) continue;
     ++stream;
     ASSERT_TRUE(Accepts(st_, stream, m));
     EXPECT_TRUE(Rejects(st_, stream, Signal{15}, "not an exec stream"));
@@ -339,6 +345,43 @@ TEST_F(AgentStateTest, DaemonFramesAfterTheAgentClosedTheStreamAreLate) {
   EXPECT_TRUE(Rejects(st_, 1, PipeExec(), "not above"));
 }
 
+TEST_F(AgentStateTest, AttachStreamTakesControlUntilDetach) {
+  ASSERT_TRUE(Accepts(st_, 1, Attach{.pid = 7, .output = AttachOutput::kReplay}));
+  // Whether the process takes input is the agent's to know: input is never a protocol error.
+  EXPECT_TRUE(Accepts(st_, 1, StdinData{"x"}));
+  EXPECT_TRUE(Accepts(st_, 1, StdinClose{}));
+  EXPECT_TRUE(Accepts(st_, 1, StdinData{"dropped by the agent"}));
+  EXPECT_TRUE(Accepts(st_, 1, Signal{2}));
+  EXPECT_TRUE(Accepts(st_, 1, Resize{40, 100}));
+  EXPECT_TRUE(Rejects(st_, 1, Data{"d"}, "not a file_write stream"));
+  EXPECT_TRUE(Accepts(st_, 1, Detach{}));
+  EXPECT_TRUE(Rejects(st_, 1, StdinData{"x"}, "after detach"));
+  EXPECT_TRUE(Rejects(st_, 1, Detach{}, "after detach"));
+  st_.Send(1, Done{0});
+  EXPECT_FALSE(st_.IsOpen(1));
+  // After the agent ended it (the process exited), the daemon's detach is late.
+  EXPECT_TRUE(Late(st_, 1, Detach{}));
+  EXPECT_TRUE(Late(st_, 1, Signal{9}));
+}
+
+TEST_F(AgentStateTest, DetachOnlyOnAttachStreams) {
+  ASSERT_TRUE(Accepts(st_, 1, PipeExec()));
+  EXPECT_TRUE(Rejects(st_, 1, Detach{}, "not an attach stream"));
+  ASSERT_TRUE(Accepts(st_, 2, ProcList{}));
+  EXPECT_TRUE(Rejects(st_, 2, Detach{}, "not an attach stream"));
+  EXPECT_TRUE(Rejects(st_, 2, StdinData{"x"}, "not an exec stream"));
+}
+
+TEST_F(AgentStateTest, BackgroundExecIsClosedByItsStarted) {
+  ASSERT_TRUE(Accepts(st_, 1, Exec{.argv = {"/bin/cat"},
+                                   .stdin_mode = StdinMode::kPipe,
+                                   .background = true}));
+  st_.Send(1, Started{5});
+  EXPECT_FALSE(st_.IsOpen(1));
+  // Its stdin is reached through an attachment; on the exec stream it is late.
+  EXPECT_TRUE(Late(st_, 1, StdinData{"x"}));
+}
+
 TEST_F(AgentStateTest, MessagesTheDaemonDoesNotSendAreRejected) {
   ASSERT_TRUE(Accepts(st_, 1, PipeExec()));
   const Message agent_only[] = {Started{10},
@@ -348,6 +391,9 @@ TEST_F(AgentStateTest, MessagesTheDaemonDoesNotSendAreRejected) {
                                 Entries{{Info()}},
                                 Done{1},
                                 Err(),
+                                Attached{.pid = 1},
+                                Dropped{1},
+                                Processes{},
                                 kHello,
                                 Ping{1},
                                 Pong{1}};
@@ -528,13 +574,51 @@ TEST_F(DaemonStateTest, ErrorClosesAnyStream) {
   EXPECT_EQ(st_.open_streams(), 0u);
 }
 
+TEST_F(DaemonStateTest, AttachIsAnsweredByAttachedThenOutputThenAnEnd) {
+  st_.Send(1, Attach{.pid = 7, .output = AttachOutput::kReplay});
+  EXPECT_TRUE(Rejects(st_, 1, Output{OutputFd::kStdout, "early"}, "not a started exec or attach"));
+  EXPECT_TRUE(Rejects(st_, 1, Done{0}, "done before attached"));
+  EXPECT_TRUE(Rejects(st_, 1, Started{7}, "unexpected started"));
+  EXPECT_TRUE(Accepts(st_, 1, Attached{.pid = 7, .running = true}));
+  EXPECT_TRUE(Rejects(st_, 1, Attached{.pid = 7}, "unexpected attached"));
+  EXPECT_TRUE(Accepts(st_, 1, Dropped{100}));
+  EXPECT_TRUE(Accepts(st_, 1, Output{OutputFd::kStderr, "e"}));
+  EXPECT_TRUE(Accepts(st_, 1, ExitedOk()));
+  EXPECT_FALSE(st_.IsOpen(1));
+
+  st_.Send(2, Attach{.pid = 8});
+  EXPECT_TRUE(Accepts(st_, 2, Attached{.pid = 8}));
+  st_.Send(2, Detach{});
+  EXPECT_TRUE(Accepts(st_, 2, Done{0}));
+  EXPECT_FALSE(st_.IsOpen(2));
+  // Late input after the end is the daemon's own race, not a broken invariant.
+  st_.Send(2, Signal{9});
+  st_.Send(2, Detach{});
+}
+
+TEST_F(DaemonStateTest, BackgroundExecEndsWithStartedAndDroppedOnlyOnAttach) {
+  st_.Send(1, Exec{.argv = {"/bin/sleep"}, .background = true});
+  EXPECT_TRUE(Accepts(st_, 1, Started{9}));
+  EXPECT_FALSE(st_.IsOpen(1));
+  EXPECT_TRUE(Rejects(st_, 1, Output{OutputFd::kStdout, "o"}, "stream is not open"));
+  st_.Send(2, PipeExec());
+  ASSERT_TRUE(Accepts(st_, 2, Started{10}));
+  EXPECT_TRUE(Rejects(st_, 2, Dropped{1}, "not a started exec or attach"));
+  st_.Send(3, ProcList{});
+  EXPECT_TRUE(Accepts(st_, 3, Processes{}));
+  EXPECT_TRUE(Rejects(st_, 3, Output{OutputFd::kStdout, "o"}, "not a started exec or attach"));
+  EXPECT_TRUE(Accepts(st_, 3, Done{2}));
+  EXPECT_FALSE(st_.IsOpen(3));
+  EXPECT_TRUE(Rejects(st_, 2, Processes{}, "not a proc_list stream"));
+}
+
 TEST_F(DaemonStateTest, MessagesTheAgentDoesNotSendAreRejected) {
   st_.Send(1, PipeExec());
   ASSERT_TRUE(Accepts(st_, 1, Started{5}));
   st_.Send(2, FileWrite{"/f", 0644, false, false});
   std::vector<Message> daemon_only = Openers();
   daemon_only.insert(daemon_only.end(), {StdinData{"x"}, StdinClose{}, Signal{9}, Resize{1, 1},
-                                         DataEnd{}, kHello, Ping{1}, Pong{1}});
+                                         DataEnd{}, kHello, Ping{1}, Pong{1}, Detach{}});
   for (const auto& m : daemon_only) {
     EXPECT_TRUE(Rejects(st_, 1, m, "the agent does not send this"));
     EXPECT_TRUE(Rejects(st_, 2, m, "the agent does not send this"));

@@ -245,6 +245,36 @@ std::vector<Sample> Samples() {
                    .U64(0)
                    .str()});
   s.push_back({Processes{}, Bytes().U32(0).str()});
+  // The smallest entries (an empty command, a running process): the count check must admit them.
+  s.push_back({Processes{{ProcessInfo{.pid = 1, .running = true}, ProcessInfo{.pid = 2}}},
+               Bytes()
+                   .U32(2)
+                   .I32(1)
+                   .Str("")
+                   .Bool(false)
+                   .Bool(false)
+                   .Bool(false)
+                   .Bool(true)
+                   .U64(0)
+                   .U64(0)
+                   .I32(0)
+                   .I32(0)
+                   .U64(0)
+                   .Raw(std::string(3, '\0'))
+                   .U64(0)
+                   .U64(0)
+                   .I32(2)
+                   .Str("")
+                   .Raw(std::string(4, '\0'))
+                   .U64(0)
+                   .U64(0)
+                   .I32(0)
+                   .I32(0)
+                   .U64(0)
+                   .Raw(std::string(3, '\0'))
+                   .U64(0)
+                   .U64(0)
+                   .str()});
   const std::string binary("line\n\0\xff\x80", 8);
   s.push_back({StdinData{binary}, Bytes().Str(binary).str()});
   s.push_back({StdinClose{}, ""});
