@@ -10,13 +10,8 @@
 // failed call is counted and printed; the exit status is 1 if there was any, 130 on SIGINT.
 // airlockd, every sandbox and the temporary directory are cleaned up on every path.
 
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,6 +34,7 @@
 #include "client/http_client.h"
 #include "common/error.h"
 #include "common/ids.h"
+#include "daemon_process.h"
 #include "protocol/client.h"
 #include "runtime/jail/jail_runtime.h"
 #include "stats.h"
@@ -144,154 +140,8 @@ Result<Flags> ParseFlags(int argc, char** argv) {
   return flags;
 }
 
-// A directory under /tmp for the daemon's and the engine's state, removed with everything in it
-// when this goes out of scope. 0711: the sandboxes' unprivileged uids must reach their layers.
-class ScratchDir {
- public:
-  ScratchDir() = default;
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  ~ScratchDir() {
-    if (path_.empty()) return;
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-    if (ec)
-      std::fprintf(stderr, "airlock-bench-api: removing %s: %s\n", path_.c_str(),
-                   ec.message().c_str());
-  }
-
-  [[nodiscard]] Status Make() {
-    char tmpl[] = "/tmp/airlock-bench-api-XXXXXX";
-    if (::mkdtemp(tmpl) == nullptr) return airlock::FailErrno("mkdtemp /tmp", errno);
-    path_ = tmpl;
-    if (::chmod(tmpl, 0711) != 0) return airlock::FailErrno("chmod " + path_, errno);
-    return {};
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-// A real airlockd, started on a kernel-chosen loopback port without auth. Stopped with SIGTERM
-// (which destroys its sandboxes), SIGKILL after a minute, on every path: Stop or the destructor.
-// It runs in its own process group, so a Ctrl-C reaches only this benchmark, which then stops
-// it in order; and it gets SIGTERM if this process dies without doing so.
-class DaemonProcess {
- public:
-  DaemonProcess() = default;
-  DaemonProcess(const DaemonProcess&) = delete;
-  DaemonProcess& operator=(const DaemonProcess&) = delete;
-  ~DaemonProcess() {
-    if (auto st = Stop(); !st)
-      std::fprintf(stderr, "airlock-bench-api: %s\n", st.error().message().c_str());
-  }
-
-  // Starts airlockd with its state in `state_dir` and its log (stderr) in `log_path`, and waits
-  // up to a minute for "listening on 127.0.0.1:PORT". Call once, from the main thread.
-  [[nodiscard]] Status Start(const std::string& state_dir, const std::string& log_path) {
-    log_path_ = log_path;
-    int out[2];
-    if (::pipe2(out, O_CLOEXEC) != 0) return airlock::FailErrno("pipe2", errno);
-    int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    if (log < 0) {
-      ::close(out[0]);
-      ::close(out[1]);
-      return airlock::FailErrno("opening " + log_path, errno);
-    }
-    // Built before the fork: the child of a threaded process must not allocate.
-    std::vector<std::string> args = {AIRLOCKD_PATH,      "--listen",    "127.0.0.1:0",
-                                     "--state-dir",      state_dir,     "--agent",
-                                     AIRLOCK_AGENT_PATH, "--launcher",  AIRLOCK_JAIL_LAUNCHER_PATH,
-                                     "--no-auth",        "--log-level", "warn",
-                                     "--on-shutdown",    "destroy"};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const pid_t parent = ::getpid();
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::setpgid(0, 0);
-      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-      if (::getppid() != parent) ::_exit(126);
-      ::dup2(out[1], STDOUT_FILENO);
-      ::dup2(log, STDERR_FILENO);
-      ::execv(AIRLOCKD_PATH, argv.data());
-      ::_exit(127);
-    }
-    const int fork_errno = errno;
-    ::close(out[1]);
-    ::close(log);
-    if (pid_ < 0) {
-      ::close(out[0]);
-      return airlock::FailErrno("fork", fork_errno);
-    }
-    std::string line;
-    const auto deadline = Clock::now() + std::chrono::seconds(60);
-    while (line.find('\n') == std::string::npos && Clock::now() < deadline &&
-           !g_interrupted.load()) {
-      pollfd pfd{out[0], POLLIN, 0};
-      if (::poll(&pfd, 1, 200) <= 0) continue;
-      char buf[256];
-      ssize_t n = ::read(out[0], buf, sizeof buf);
-      if (n <= 0) break;  // airlockd exited (or closed stdout) before saying where it listens
-      line.append(buf, static_cast<size_t>(n));
-    }
-    ::close(out[0]);
-    const std::string prefix = "listening on 127.0.0.1:";
-    if (g_interrupted.load()) return airlock::Fail(ErrorCode::kUnavailable, "interrupted");
-    if (!line.starts_with(prefix) || line.find('\n') == std::string::npos) {
-      return airlock::Fail(ErrorCode::kUnavailable,
-                           "airlockd did not say where it listens; stdout: '" + line + "'");
-    }
-    url_ = "http://127.0.0.1:" + std::to_string(std::atoi(line.substr(prefix.size()).c_str()));
-    return {};
-  }
-
-  // SIGTERM, then waits up to a minute for the exit (SIGKILL after that). An error unless
-  // airlockd exited 0 on its own. Does nothing if it is not running.
-  [[nodiscard]] Status Stop() {
-    if (pid_ <= 0) return {};
-    ::kill(pid_, SIGTERM);
-    int status = 0;
-    bool killed = false;
-    const auto deadline = Clock::now() + std::chrono::seconds(60);
-    while (true) {
-      pid_t got = ::waitpid(pid_, &status, WNOHANG);
-      if (got == pid_ || (got < 0 && errno != EINTR)) break;
-      if (!killed && Clock::now() > deadline) {
-        ::kill(pid_, SIGKILL);
-        killed = true;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    pid_ = -1;
-    if (killed) {
-      return airlock::Fail(ErrorCode::kDeadlineExceeded,
-                           "airlockd did not stop within 60 s of SIGTERM and was killed; its "
-                           "sandboxes may be left behind");
-    }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      return airlock::Fail(ErrorCode::kInternal,
-                           "airlockd stopped with wait status " + std::to_string(status));
-    }
-    return {};
-  }
-
-  const std::string& url() const { return url_; }
-
-  // The end of airlockd's log, for error reports.
-  std::string LogTail(size_t bytes = 4000) const {
-    std::ifstream in(log_path_);
-    std::string log((std::istreambuf_iterator<char>(in)), {});
-    return log.size() > bytes ? log.substr(log.size() - bytes) : log;
-  }
-
- private:
-  pid_t pid_ = -1;
-  std::string url_;
-  std::string log_path_;
-};
+using airlock::bench::DaemonProcess;
+using airlock::bench::ScratchDir;
 
 struct Failure {
   std::string op;  // create, exec, delete, setup
@@ -606,7 +456,8 @@ json LevelJson(const LevelResult& level) {
 }
 
 int Run(const Flags& flags) {
-  ScratchDir scratch;  // declared first: removed after the daemon and the engine are gone
+  // Declared first: removed after the daemon and the engine are gone.
+  ScratchDir scratch("airlock-bench-api");
   if (auto st = scratch.Make(); !st) {
     std::fprintf(stderr, "airlock-bench-api: %s\n", st.error().message().c_str());
     return 1;
@@ -617,7 +468,7 @@ int Run(const Flags& flags) {
 
   // API phase: a real airlockd, one HttpClient per worker thread.
   {
-    DaemonProcess daemon;
+    DaemonProcess daemon("airlock-bench-api", g_interrupted);
     if (auto st = daemon.Start(scratch.path() + "/daemon", scratch.path() + "/airlockd.log"); !st) {
       std::fprintf(stderr, "airlock-bench-api: starting airlockd: %s\n--- airlockd log ---\n%s",
                    st.error().message().c_str(), daemon.LogTail().c_str());

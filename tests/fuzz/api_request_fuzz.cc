@@ -6,6 +6,8 @@
 //   0 CreateSandboxRequest::FromJson    1 PatchSandboxRequest::FromJson
 //   2 ExecRequest::FromJson             3..9 ParseQueryString + FileQuery::FromQuery, one FileOp
 //   10 ParseQueryString + ListFilter    11 Base64Decode / Base64Encode   12 IsValidUtf8
+//   13 SignalRequest::FromJson          14 StdinRequest::FromJson        15 WaitRequest::FromJson
+//   16 ParseQueryString + OutputQuery
 //
 // What is checked, for every input:
 //  - a parser returns a value or an Error whose code is kInvalidArgument (kTooLarge only for a
@@ -243,7 +245,10 @@ void CheckPatch(std::string_view body) {
 
 bool Same(const ExecRequest& a, const ExecRequest& b) {
   return a.cmd == b.cmd && a.argv == b.argv && a.cwd == b.cwd && a.env == b.env &&
-         a.stdin_data == b.stdin_data && a.timeout_seconds == b.timeout_seconds && a.user == b.user;
+         a.stdin_data == b.stdin_data && a.timeout_seconds == b.timeout_seconds && a.user == b.user &&
+         a.stream == b.stream && a.background == b.background && a.stdin_open == b.stdin_open &&
+         a.pty.has_value() == b.pty.has_value() &&
+         (!a.pty || (a.pty->cols == b.pty->cols && a.pty->rows == b.pty->rows));
 }
 
 void CheckExecReparses(const ExecRequest& req, bool stdin_as_base64) {
@@ -263,6 +268,10 @@ void CheckExecReparses(const ExecRequest& req, bool stdin_as_base64) {
   }
   doc["timeout_seconds"] = req.timeout_seconds;
   if (!req.user.empty()) doc["user"] = req.user;
+  doc["stream"] = req.stream;
+  doc["background"] = req.background;
+  doc["stdin_open"] = req.stdin_open;
+  if (req.pty) doc["pty"] = {{"cols", req.pty->cols}, {"rows", req.pty->rows}};
   auto again = ExecRequest::FromJson(doc.dump());
   AIRLOCK_CHECK(again.has_value());
   AIRLOCK_CHECK(Same(*again, req));
@@ -281,6 +290,11 @@ void CheckExec(std::string_view body) {
   AIRLOCK_CHECK(req->timeout_seconds > 0 && req->timeout_seconds <= kMaxTimeoutSeconds);
   AIRLOCK_CHECK(req->user.size() <= kMaxUserBytes);
   AIRLOCK_CHECK(EnvList(req->env).size() == req->env.size());
+  AIRLOCK_CHECK(!(req->stream && req->background));
+  if (req->pty) {
+    AIRLOCK_CHECK(req->pty->cols >= 1 && req->pty->cols <= 1000);
+    AIRLOCK_CHECK(req->pty->rows >= 1 && req->pty->rows <= 1000);
+  }
 
   CheckExecReparses(*req, /*stdin_as_base64=*/true);
   // A JSON string holds only UTF-8; other stdin can travel only as base64.
@@ -382,8 +396,46 @@ void CheckUtf8(std::string_view bytes) {
   }
 }
 
+// --- Process routes. ---
+
+void CheckSignal(std::string_view body) {
+  auto req = SignalRequest::FromJson(body);
+  if (!Accepted(req, body.size())) return;
+  AIRLOCK_CHECK(req->signo >= 1 && req->signo <= 64);
+  // The number, and (for the classic signals) the name, parse to the same signal.
+  auto again = SignalRequest::FromJson(json{{"signal", req->signo}}.dump());
+  AIRLOCK_CHECK(again.has_value() && again->signo == req->signo);
+}
+
+void CheckStdin(std::string_view body) {
+  auto req = StdinRequest::FromJson(body);
+  if (!Accepted(req, body.size())) return;
+  AIRLOCK_CHECK(req->data.size() <= kMaxStdinBytes);
+  AIRLOCK_CHECK(!req->data.empty() || req->close);
+  json doc = {{"data", Base64Encode(req->data)}, {"encoding", "base64"}, {"close", req->close}};
+  auto again = StdinRequest::FromJson(doc.dump());
+  AIRLOCK_CHECK(again.has_value() && again->data == req->data && again->close == req->close);
+}
+
+void CheckWait(std::string_view body) {
+  auto req = WaitRequest::FromJson(body);
+  if (!Accepted(req, body.size())) return;
+  AIRLOCK_CHECK(req->timeout_seconds > 0 && req->timeout_seconds <= kMaxWaitSeconds);
+  auto again = WaitRequest::FromJson(json{{"timeout_seconds", req->timeout_seconds}}.dump());
+  AIRLOCK_CHECK(again.has_value() && again->timeout_seconds == req->timeout_seconds);
+}
+
+void CheckOutputQuery(std::string_view raw) {
+  auto params = ParseQueryString(raw);
+  if (!Accepted(params, raw.size())) return;
+  auto query = OutputQuery::FromQuery(*params);
+  if (!Accepted(query, raw.size())) return;
+  auto again = OutputQuery::FromQuery({{"follow", query->follow ? "true" : "false"}});
+  AIRLOCK_CHECK(again.has_value() && again->follow == query->follow);
+}
+
 void Run(uint8_t selector, std::string_view rest) {
-  switch (selector % 13) {
+  switch (selector % 17) {
     case 0:
       CheckCreate(rest);
       break;
@@ -400,7 +452,7 @@ void Run(uint8_t selector, std::string_view rest) {
     case 7:
     case 8:
     case 9:
-      CheckFileQuery(rest, kFileOps[selector % 13 - 3]);
+      CheckFileQuery(rest, kFileOps[selector % 17 - 3]);
       break;
     case 10:
       CheckListFilter(rest);
@@ -410,6 +462,18 @@ void Run(uint8_t selector, std::string_view rest) {
       break;
     case 12:
       CheckUtf8(rest);
+      break;
+    case 13:
+      CheckSignal(rest);
+      break;
+    case 14:
+      CheckStdin(rest);
+      break;
+    case 15:
+      CheckWait(rest);
+      break;
+    case 16:
+      CheckOutputQuery(rest);
       break;
   }
 }

@@ -4,10 +4,12 @@
 // daemon serves but the spec lacks fail too, since the test's table must name every operation.
 
 #include <fstream>
+#include <functional>
 #include <map>
 #include <regex>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "support/airlockd.h"
 
@@ -100,6 +102,30 @@ TEST_F(DaemonTest, EveryDocumentedOperationAnswersAsDocumented) {
   ASSERT_EQ(spec.operations.at("POST /v1/sandboxes").schema.at(201), "Sandbox");
   ASSERT_EQ(spec.operations.at("POST /v1/sandboxes/{id}/exec").schema.at(200), "ExecResult");
   ASSERT_EQ(spec.operations.at("GET /v1/sandboxes/{id}/files/list").schema.at(200), "FileList");
+  ASSERT_EQ(spec.operations.at("GET /v1/sandboxes/{id}/processes").schema.at(200), "ProcessList");
+  ASSERT_EQ(spec.operations.at("GET /v1/sandboxes/{id}/processes/{pid}").schema.at(200),
+            "Process");
+  ASSERT_TRUE(spec.required.contains("Process"));
+
+  // Every field `schema` requires is in `doc`.
+  const auto expect_required = [&](const json& doc, const std::string& schema,
+                                   const std::string& body) {
+    auto required = spec.required.find(schema);
+    ASSERT_NE(required, spec.required.end()) << "no required list for " << schema;
+    ASSERT_TRUE(doc.is_object()) << body.substr(0, 300);
+    for (const std::string& field : required->second) {
+      EXPECT_TRUE(doc.contains(field)) << schema << " lacks " << field << ": " << body;
+    }
+  };
+  // The events of an NDJSON answer.
+  const auto events = [](const std::string& body) {
+    std::vector<json> out;
+    std::stringstream lines(body);
+    for (std::string line; std::getline(lines, line);) {
+      if (!line.empty()) out.push_back(json::parse(line, nullptr, false));
+    }
+    return out;
+  };
 
   const std::string id = CreateSandbox();
   const std::string doomed = CreateSandbox();
@@ -108,12 +134,19 @@ TEST_F(DaemonTest, EveryDocumentedOperationAnswersAsDocumented) {
   const std::string s = "/v1/sandboxes/" + id;
   std::string tar;  // from the tar download, for the upload
 
+  // Process ids saved from earlier answers, by name; a target's "<name>" is replaced by one.
+  std::map<std::string, std::string> pids;
   struct Call {
     std::string op;  // as in the spec
     http::verb verb;
     std::string target;
     std::string body;
+    std::string save_pid = {};  // save the answer's "pid" under this name
+    std::string schema = {};    // the answer's schema when it is not the spec's (background exec)
+    std::function<void(const Reply&)> check = {};  // more checks on the answer
   };
+  const std::string exec_op = "POST /v1/sandboxes/{id}/exec";
+  const std::string pid_op = "/v1/sandboxes/{id}/processes/{pid}";
   // In an order that works: each call leaves the sandbox ready for the next.
   const std::vector<Call> calls = {
       {"GET /healthz", http::verb::get, "/healthz", ""},
@@ -121,7 +154,67 @@ TEST_F(DaemonTest, EveryDocumentedOperationAnswersAsDocumented) {
       {"POST /v1/sandboxes", http::verb::post, "/v1/sandboxes", R"({"ttl_seconds": 60})"},
       {"GET /v1/sandboxes/{id}", http::verb::get, s, ""},
       {"PATCH /v1/sandboxes/{id}", http::verb::patch, s, R"({"metadata": {"a": "b"}})"},
-      {"POST /v1/sandboxes/{id}/exec", http::verb::post, s + "/exec", R"({"cmd": "echo hi"})"},
+      {exec_op, http::verb::post, s + "/exec", R"({"cmd": "echo hi"})"},
+      // Processes: a cat fed through its open stdin, and a sleep ended by a signal. A
+      // background exec answers with a Process, not the ExecResult the spec names.
+      {exec_op, http::verb::post, s + "/exec",
+       R"({"cmd": "cat", "background": true, "stdin_open": true})", "cat", "Process",
+       [](const Reply& r) {
+         EXPECT_EQ(r.Json()["state"], "running") << r.body;
+         EXPECT_EQ(r.Json()["background"], true) << r.body;
+         EXPECT_EQ(r.Json()["stdin_open"], true) << r.body;
+       }},
+      {exec_op, http::verb::post, s + "/exec", R"({"argv": ["sleep", "600"], "background": true})",
+       "sleep", "Process",
+       [](const Reply& r) { EXPECT_EQ(r.Json()["stdin_open"], false) << r.body; }},
+      {"GET /v1/sandboxes/{id}/processes", http::verb::get, s + "/processes", "", "", "",
+       [&](const Reply& r) {
+         std::set<std::string> listed;
+         const json doc = r.Json();
+         for (const json& p : doc["processes"]) {
+           expect_required(p, "Process", r.body);
+           listed.insert(std::to_string(p.value("pid", 0)));
+         }
+         EXPECT_TRUE(listed.contains(pids["cat"])) << pids["cat"] << " not in " << r.body;
+         EXPECT_TRUE(listed.contains(pids["sleep"])) << pids["sleep"] << " not in " << r.body;
+       }},
+      {"GET " + pid_op, http::verb::get, s + "/processes/<cat>", "", "", "",
+       [&](const Reply& r) {
+         EXPECT_EQ(std::to_string(r.Json().value("pid", 0)), pids["cat"]) << r.body;
+         EXPECT_EQ(r.Json()["command"], "cat") << r.body;
+       }},
+      {"POST " + pid_op + "/stdin", http::verb::post, s + "/processes/<cat>/stdin",
+       R"({"data": "hello\n", "close": true})"},
+      {"POST " + pid_op + "/wait", http::verb::post, s + "/processes/<cat>/wait",
+       R"({"timeout_seconds": 60})", "", "",
+       [](const Reply& r) {
+         EXPECT_EQ(r.Json()["state"], "exited") << r.body;
+         EXPECT_EQ(r.Json()["exit_code"], 0) << r.body;
+         EXPECT_TRUE(r.Json().contains("ended_at")) << r.body;
+       }},
+      {"GET " + pid_op + "/output", http::verb::get, s + "/processes/<cat>/output?follow=true",
+       "", "", "",
+       [&](const Reply& r) {
+         const std::vector<json> all = events(r.body);
+         ASSERT_GE(all.size(), 2u) << r.body;
+         EXPECT_EQ(all.front()["type"], "start") << r.body;
+         EXPECT_EQ(all.back()["type"], "exit") << r.body;
+         EXPECT_EQ(all.back()["exit_code"], 0) << r.body;
+         std::string out;
+         for (const json& e : all) {
+           if (e["type"] == "stdout") out += e["data"].get<std::string>();
+         }
+         EXPECT_EQ(out, "hello\n") << r.body;
+       }},
+      {"POST " + pid_op + "/signal", http::verb::post, s + "/processes/<sleep>/signal",
+       R"({"signal": "TERM"})"},
+      // No body: the default timeout.
+      {"POST " + pid_op + "/wait", http::verb::post, s + "/processes/<sleep>/wait", "", "", "",
+       [](const Reply& r) {
+         EXPECT_EQ(r.Json()["state"], "exited") << r.body;
+         EXPECT_EQ(r.Json()["signal"], 15) << r.body;
+         EXPECT_TRUE(r.Json()["exit_code"].is_null()) << r.body;
+       }},
       {"PUT /v1/sandboxes/{id}/files", http::verb::put, s + "/files?path=/tmp/t/f&parents=true",
        "bytes"},
       {"GET /v1/sandboxes/{id}/files", http::verb::get, s + "/files?path=/tmp/t/f", ""},
@@ -138,24 +231,33 @@ TEST_F(DaemonTest, EveryDocumentedOperationAnswersAsDocumented) {
   };
   std::set<std::string> covered;
   for (const Call& c : calls) {
-    SCOPED_TRACE(c.op);
+    std::string target = c.target;
+    for (const auto& [name, pid] : pids) {
+      for (size_t at; (at = target.find("<" + name + ">")) != std::string::npos;) {
+        target.replace(at, name.size() + 2, pid);
+      }
+    }
+    SCOPED_TRACE(c.op + " (" + target + ")");
+    ASSERT_EQ(target.find('<'), std::string::npos) << "no pid saved for " << target;
     covered.insert(c.op);
     auto it = spec.operations.find(c.op);
     ASSERT_NE(it, spec.operations.end()) << "the daemon serves " << c.op << ", the spec lacks it";
     const std::string body = c.op == "PUT /v1/sandboxes/{id}/files/tar" ? tar : c.body;
-    Reply r = daemon_->Call(c.verb, c.target, body);
+    Reply r = daemon_->Call(c.verb, target, body);
     EXPECT_LT(r.status, 300) << r.body.substr(0, 300);
     EXPECT_TRUE(it->second.statuses.contains(r.status))
         << "answered " << r.status << ", which the spec does not list";
     if (c.op == "GET /v1/sandboxes/{id}/files/tar") tar = r.body;
+    if (!c.save_pid.empty()) {
+      ASSERT_TRUE(r.Json().contains("pid")) << r.body.substr(0, 300);
+      pids[c.save_pid] = std::to_string(r.Json()["pid"].get<int64_t>());
+    }
+    if (r.status < 300 && c.check) c.check(r);
     auto schema = it->second.schema.find(r.status);
-    if (schema == it->second.schema.end()) continue;
-    const json doc = r.Json();
-    ASSERT_TRUE(doc.is_object()) << r.body.substr(0, 300);
-    auto required = spec.required.find(schema->second);
-    ASSERT_NE(required, spec.required.end()) << "no required list for " << schema->second;
-    for (const std::string& field : required->second) {
-      EXPECT_TRUE(doc.contains(field)) << schema->second << " lacks " << field << ": " << r.body;
+    if (!c.schema.empty()) {
+      expect_required(r.Json(), c.schema, r.body);
+    } else if (schema != it->second.schema.end()) {
+      expect_required(r.Json(), schema->second, r.body);
     }
   }
   for (const auto& [op, _] : spec.operations) {
@@ -166,6 +268,22 @@ TEST_F(DaemonTest, EveryDocumentedOperationAnswersAsDocumented) {
   EXPECT_TRUE(spec.operations.at("GET /v1/sandboxes/{id}").statuses.contains(missing.status));
   for (const std::string& field : spec.required.at("ErrorBody")) {
     EXPECT_TRUE(missing.Json().contains(field)) << missing.body;
+  }
+  // The process routes' documented refusals: stdin that is no longer open (409), a pid the
+  // agent does not know (404), a pid that is not one (400).
+  const std::string cat = s + "/processes/" + pids["cat"];
+  const std::vector<std::tuple<std::string, http::verb, std::string, std::string, int>> refusals = {
+      {"POST " + pid_op + "/stdin", http::verb::post, cat + "/stdin", R"({"data": "x"})", 409},
+      {"GET " + pid_op, http::verb::get, s + "/processes/999999", "", 404},
+      {"GET " + pid_op + "/output", http::verb::get, s + "/processes/999999/output", "", 404},
+      {"POST " + pid_op + "/wait", http::verb::post, s + "/processes/007/wait", "", 400},
+  };
+  for (const auto& [op, verb, target, body, status] : refusals) {
+    SCOPED_TRACE(op + " (" + target + ")");
+    Reply r = daemon_->Call(verb, target, body);
+    EXPECT_EQ(r.status, status) << r.body.substr(0, 300);
+    EXPECT_TRUE(spec.operations.at(op).statuses.contains(r.status));
+    expect_required(r.Json(), "ErrorBody", r.body);
   }
 }
 

@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -198,6 +199,53 @@ class Daemon {
   pid_t pid_ = -1;
   uint16_t port_ = 0;
   std::string key_;
+};
+
+// One streamed request on a raw connection, read as it arrives.
+class RawStream {
+ public:
+  // POST `body` to `target`, or GET it when `method` says so.
+  RawStream(uint16_t port, const std::string& key, const std::string& target,
+            const std::string& body, const std::string& method = "POST")
+      : socket_(io_) {
+    socket_.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+    const std::string request = method + " " + target +
+                                " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key +
+                                "\r\nContent-Type: application/json\r\nContent-Length: " +
+                                std::to_string(body.size()) + "\r\n\r\n" + body;
+    asio::write(socket_, asio::buffer(request));
+  }
+  // Reads until `needle` has arrived (true) or the connection ends (false).
+  bool ReadUntil(const std::string& needle) {
+    while (got_.find(needle) == std::string::npos) {
+      char buf[4096];
+      beast::error_code ec;
+      size_t n = socket_.read_some(asio::buffer(buf), ec);
+      if (ec) return false;
+      got_.append(buf, n);
+    }
+    return true;
+  }
+  void Close() {
+    beast::error_code ec;
+    socket_.close(ec);
+  }
+  const std::string& got() const { return got_; }
+  // The NDJSON events in what arrived (chunk-size lines are not JSON objects).
+  std::vector<json> Events() const {
+    std::vector<json> events;
+    const std::string body = got_.substr(got_.find("\r\n\r\n") + 4);
+    std::istringstream lines(body);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.starts_with("{")) events.push_back(json::parse(line));
+    }
+    return events;
+  }
+
+ private:
+  asio::io_context io_;
+  tcp::socket socket_;
+  std::string got_;
 };
 
 class DaemonTest : public ::testing::Test {

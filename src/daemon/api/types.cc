@@ -371,6 +371,10 @@ Result<ExecRequest> ExecRequest::FromJson(std::string_view body) {
     *field = doc[name].get<bool>();
   }
   if (req.stream && req.background) return Invalid("give stream or background, not both");
+  if (req.stdin_open && !req.stream && !req.background) {
+    // A plain exec answers when the command ends, and closes stdin once "stdin" is written.
+    return Invalid("stdin_open needs background or stream (or the exec WebSocket)");
+  }
   req.timeout_given = doc.contains("timeout_seconds");
   if (doc.contains("pty")) {
     const json& pty = doc["pty"];

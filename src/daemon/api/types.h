@@ -136,7 +136,7 @@ struct StdinRequest {
 
 // POST .../processes/{pid}/wait: {"timeout_seconds"?} (an empty body takes the default).
 inline constexpr double kDefaultWaitSeconds = 30;
-inline constexpr double kMaxWaitSeconds = 3600;
+inline constexpr double kMaxWaitSeconds = 300;  // a wait holds a worker thread
 struct WaitRequest {
   double timeout_seconds = kDefaultWaitSeconds;
   [[nodiscard]] static Result<WaitRequest> FromJson(std::string_view body);

@@ -623,7 +623,6 @@ Result<protocol::ProcessInfo> Controller::FindProcess(const std::string& id, Cha
                                                       int32_t pid) {
   auto all = channel->ListProcesses();
   if (!all) return std::unexpected(Explain(id, std::move(all.error())));
-  channel.Keep();
   // The running one with this pid, else the latest that had it.
   const protocol::ProcessInfo* found = nullptr;
   for (const auto& p : *all) {
@@ -670,7 +669,9 @@ Result<protocol::ProcessInfo> Controller::StartBackground(const std::string& id,
       return std::unexpected(ProcessError(id, pid, std::move(end.error())));
     }
   }
-  return FindProcess(id, *channel, pid);
+  auto info = FindProcess(id, *channel, pid);
+  if (info) channel->Keep();
+  return info;
 }
 
 Result<std::vector<protocol::ProcessInfo>> Controller::ListProcesses(const std::string& id) {
@@ -685,14 +686,24 @@ Result<std::vector<protocol::ProcessInfo>> Controller::ListProcesses(const std::
 Result<protocol::ProcessInfo> Controller::GetProcess(const std::string& id, int32_t pid) {
   auto channel = Acquire(id);
   if (!channel) return std::unexpected(channel.error());
-  return FindProcess(id, *channel, pid);
+  auto info = FindProcess(id, *channel, pid);
+  if (info || info.error().code() == ErrorCode::kNotFound) channel->Keep();
+  return info;
 }
 
 Result<protocol::ProcessInfo> Controller::ControlOnce(
     const std::string& id, int32_t pid,
-    const std::function<Result<bool>(Channel&, uint32_t, const protocol::Attached&)>& action) {
+    const std::function<Result<std::optional<protocol::Exited>>(
+        Channel&, uint32_t, const protocol::Attached&)>& action) {
   auto channel = Acquire(id);
   if (!channel) return std::unexpected(channel.error());
+  // The entry as it was, for when the process is gone from the table afterwards (a foreground
+  // command leaves it as it ends).
+  auto before = FindProcess(id, *channel, pid);
+  if (!before) {
+    if (before.error().code() == ErrorCode::kNotFound) channel->Keep();
+    return before;
+  }
   auto attached = (*channel)->Attach({.pid = pid});
   if (!attached) return std::unexpected(ProcessError(id, pid, std::move(attached.error())));
   auto ended = action(*channel, attached->first, attached->second);
@@ -700,22 +711,35 @@ Result<protocol::ProcessInfo> Controller::ControlOnce(
     // The attachment may still be open: the channel is not reused.
     return std::unexpected(ProcessError(id, pid, std::move(ended.error())));
   }
-  if (!*ended) {
-    if (auto end = (*channel)->Detach(attached->first); !end) {
-      return std::unexpected(ProcessError(id, pid, std::move(end.error())));
-    }
+  std::optional<protocol::Exited> exited = *ended;
+  if (!exited) {
+    auto end = (*channel)->Detach(attached->first);
+    if (!end) return std::unexpected(ProcessError(id, pid, std::move(end.error())));
+    if (auto* e = std::get_if<protocol::Exited>(&*end)) exited = *e;
   }
-  return FindProcess(id, *channel, pid);
+  auto after = FindProcess(id, *channel, pid);
+  if (after || after.error().code() == ErrorCode::kNotFound) channel->Keep();
+  if (after || after.error().code() != ErrorCode::kNotFound) return after;
+  if (exited) {
+    before->running = false;
+    before->stdin_open = false;
+    before->exit = *exited;
+    before->ended_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count();
+  }
+  return before;
 }
 
 Result<protocol::ProcessInfo> Controller::SignalProcess(const std::string& id, int32_t pid,
                                                         int signo) {
   return ControlOnce(id, pid,
-                     [&](Channel& channel, uint32_t stream, const protocol::Attached&) -> Result<bool> {
+                     [&](Channel& channel, uint32_t stream,
+                         const protocol::Attached&) -> Result<std::optional<protocol::Exited>> {
                        if (auto st = channel->Send(stream, protocol::Signal{signo}); !st) {
                          return std::unexpected(st.error());
                        }
-                       return false;
+                       return std::nullopt;
                      });
 }
 
@@ -723,7 +747,8 @@ Result<protocol::ProcessInfo> Controller::WriteProcessStdin(const std::string& i
                                                             std::string_view data, bool close) {
   return ControlOnce(
       id, pid,
-      [&](Channel& channel, uint32_t stream, const protocol::Attached& info) -> Result<bool> {
+      [&](Channel& channel, uint32_t stream,
+          const protocol::Attached& info) -> Result<std::optional<protocol::Exited>> {
         if (!info.stdin_open) {
           return Fail(ErrorCode::kFailedPrecondition,
                       info.running ? "its stdin is not open (start it with \"stdin_open\": true, "
@@ -740,23 +765,34 @@ Result<protocol::ProcessInfo> Controller::WriteProcessStdin(const std::string& i
             return std::unexpected(st.error());
           }
         }
-        return false;
+        return std::nullopt;
       });
 }
 
 Result<protocol::ProcessInfo> Controller::WaitProcess(const std::string& id, int32_t pid,
                                                       std::chrono::milliseconds timeout) {
-  return ControlOnce(id, pid, [&](Channel& channel, uint32_t stream,
-                                  const protocol::Attached& info) -> Result<bool> {
-    // An attachment to an exited process ends at once with its kExited.
-    auto msg = channel->NextFor(stream, info.running ? timeout : std::chrono::seconds(60));
-    if (!msg && msg.error().code() == ErrorCode::kDeadlineExceeded) return false;  // running
-    if (!msg) return std::unexpected(msg.error());
-    if (auto* error = std::get_if<protocol::ErrorMsg>(&*msg)) {
-      return std::unexpected(protocol::FromErrorMsg(*error));
-    }
-    return std::holds_alternative<protocol::Exited>(*msg);
-  });
+  return ControlOnce(id, pid,
+                     [&](Channel& channel, uint32_t stream, const protocol::Attached& info)
+                         -> Result<std::optional<protocol::Exited>> {
+                       // An attachment to an exited process ends at once with its kExited.
+                       auto msg = channel->NextFor(
+                           stream, info.running ? timeout : std::chrono::milliseconds(60000));
+                       if (!msg && msg.error().code() == ErrorCode::kDeadlineExceeded) {
+                         return std::nullopt;  // still running
+                       }
+                       if (!msg) return std::unexpected(msg.error());
+                       if (auto* error = std::get_if<protocol::ErrorMsg>(&*msg)) {
+                         return std::unexpected(protocol::FromErrorMsg(*error));
+                       }
+                       auto* exited = std::get_if<protocol::Exited>(&*msg);
+                       if (!exited) {
+                         return Fail(ErrorCode::kProtocol,
+                                     "unexpected " +
+                                         std::string(protocol::MsgTypeName(protocol::TypeOf(*msg))) +
+                                         " on an attachment without output");
+                       }
+                       return *exited;
+                     });
 }
 
 Result<std::unique_ptr<ExecStream>> Controller::AttachOutput(const std::string& id, int32_t pid,

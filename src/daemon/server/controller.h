@@ -169,13 +169,15 @@ class Controller {
   class StreamingExec;
   class AttachedControl;
   Error ProcessError(const std::string& id, int32_t pid, Error error);
-  // The entry for `pid` from the agent's table (kNotFound if it has none); keeps the channel.
+  // The entry for `pid` from the agent's table (kNotFound if it has none).
   Result<protocol::ProcessInfo> FindProcess(const std::string& id, Channel& channel, int32_t pid);
-  // Attaches to `pid`, runs `action` on the attachment (true: the stream has ended, with the
-  // process), detaches; then the entry.
+  // Attaches to `pid`, runs `action` on the attachment (which returns the process's end if it
+  // saw the stream end with it), detaches; then the entry (the one from before, updated with the
+  // end, if the process has left the table: a foreground command does as it ends).
   Result<protocol::ProcessInfo> ControlOnce(
       const std::string& id, int32_t pid,
-      const std::function<Result<bool>(Channel&, uint32_t, const protocol::Attached&)>& action);
+      const std::function<Result<std::optional<protocol::Exited>>(
+          Channel&, uint32_t, const protocol::Attached&)>& action);
   // Exec's and StartExec's mapping of an error of the agent about the command.
   Error ExecError(const std::string& id, Error error);
 
