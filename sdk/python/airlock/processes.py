@@ -24,8 +24,9 @@ from .errors import AirlockError, InvalidRequest, ServerError, Timeout, error_fo
 if TYPE_CHECKING:
     from .sandbox import Sandbox
 
-# The daemon answers one wait call after at most this long; longer waits take several calls.
-_SERVER_MAX_WAIT_SECONDS = 3600.0
+# The daemon answers one wait call after at most this long (a longer timeout_seconds is refused);
+# longer waits take several calls.
+_SERVER_MAX_WAIT_SECONDS = 300.0
 # Seconds the client waits beyond a wait call's own timeout before giving up on the answer.
 _WAIT_GRACE_SECONDS = 30.0
 # Stdin is sent in pieces of at most this many bytes (the daemon takes 4 MiB per request).

@@ -85,6 +85,32 @@ def test_argv_user_and_timeout(sbx) -> None:
     assert slow.timed_out and slow.exit_code is None and slow.signal is not None
 
 
+def test_long_waits_are_a_loop_of_calls(sbx, monkeypatch) -> None:
+    # The daemon caps one wait call (300 s); a longer wait is several calls. With the cap made
+    # small here, the gate opens only at the third call: one call could not have seen the end.
+    from airlock import processes as processes_module
+
+    monkeypatch.setattr(processes_module, "_SERVER_MAX_WAIT_SECONDS", 0.2)
+    p = sbx.processes.start(GATE)
+    calls: List[float] = []
+    real = sbx.client.request
+
+    def counting(method, path, *args, **kwargs):
+        if path.endswith("/wait"):
+            calls.append(kwargs["json_body"]["timeout_seconds"])
+            if len(calls) == 3:
+                sbx.files.write("/tmp/go", b"")
+        return real(method, path, *args, **kwargs)
+
+    monkeypatch.setattr(sbx.client, "request", counting)
+    try:
+        assert p.wait(timeout=60).exit_code == 0
+        assert len(calls) >= 3 and all(0 < c <= 0.2 for c in calls)
+    finally:
+        monkeypatch.undo()
+        _kill_quietly(sbx, p.pid)
+
+
 def test_unknown_pid_and_bad_requests(sbx) -> None:
     with pytest.raises(SandboxNotFound) as e:
         sbx.processes.get(999999)
