@@ -291,6 +291,15 @@ TEST_F(ProcessApiTest, ATerminalThroughThePlainExecApi) {
   // Without a pty there is no terminal.
   r = Post("/exec", R"({"cmd": "tty"})");
   EXPECT_EQ(r.Json()["stdout"], "not a tty\n") << r.body;
+
+  // On its terminal, a command cannot push input into it (TIOCSTI) or use the console ioctls
+  // (TIOCLINUX); the terminal's other ioctls work (TIOCGWINSZ, the positive control).
+  r = Post("/exec", R"({"argv": ["/usr/bin/perl", "-e", "my $ws = chr(0) x 8; print ioctl(STDIN, 0x5413, $ws) ? \"winsz ok\n\" : \"winsz $!\n\"; my $c = 'x'; print ioctl(STDIN, 0x5412, $c) ? \"sti ok\n\" : \"sti $!\n\"; my $l = chr(2); print ioctl(STDIN, 0x541C, $l) ? \"linux ok\n\" : \"linux $!\n\";"], "pty": {"cols": 80, "rows": 24}})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string ioctls = r.Json()["stdout"];
+  EXPECT_NE(ioctls.find("winsz ok"), std::string::npos) << ioctls;
+  EXPECT_NE(ioctls.find("sti Operation not permitted"), std::string::npos) << ioctls;
+  EXPECT_NE(ioctls.find("linux Operation not permitted"), std::string::npos) << ioctls;
 }
 
 TEST_F(ProcessApiTest, BadProcessRequestsAreRefusedAndChangeNothing) {

@@ -498,46 +498,54 @@ class Controller::StreamingExec : public ExecStream {
 
   std::optional<std::string> Next() override {
     if (!first_.empty()) return std::exchange(first_, std::string());
-    while (!done_) {
-      // Waits a second at a time, so that the server can check on its client between waits
-      // (an empty piece sends nothing).
-      auto msg = channel_->NextFor(stream_, std::chrono::seconds(1));
-      const auto now = std::chrono::system_clock::now();  // when the event reached the daemon
-      if (!msg && msg.error().code() == ErrorCode::kDeadlineExceeded) {
-        silent_ += std::chrono::seconds(1);
-        if (silent_ < silence_limit_) return std::string();
-      }
-      if (!msg) {
-        done_ = true;
-        return api::RenderErrorEvent(controller_.ExecError(id_, std::move(msg.error())), now);
-      }
-      silent_ = {};
-      if (auto* out = std::get_if<protocol::Output>(&*msg)) {
-        return api::RenderOutputEvent(out->fd == protocol::OutputFd::kStdout, out->data, now);
-      }
-      if (auto* dropped = std::get_if<protocol::Dropped>(&*msg)) {
-        return api::RenderDroppedEvent(dropped->bytes, now);
-      }
-      if (auto* exited = std::get_if<protocol::Exited>(&*msg)) {
-        done_ = true;
-        channel_.Keep();
-        return api::RenderExitEvent(ToResultView({.exit = *exited}), now);
-      }
-      if (std::holds_alternative<protocol::Done>(*msg)) {  // an attachment's replay ended
-        done_ = true;
-        channel_.Keep();
-        break;
-      }
-      if (auto* error = std::get_if<protocol::ErrorMsg>(&*msg)) {
-        done_ = true;
-        Error e(error->code, error->message, error->sys_errno);
-        return api::RenderErrorEvent(controller_.ExecError(id_, std::move(e)), now);
-      }
+    if (done_) return std::nullopt;
+    // Waits a second at a time, so that the server can check on its client between waits (an
+    // empty piece sends nothing).
+    auto msg = channel_->NextFor(stream_, std::chrono::seconds(1));
+    if (!msg && msg.error().code() == ErrorCode::kDeadlineExceeded) {
+      silent_ += std::chrono::seconds(1);
+      if (silent_ < silence_limit_) return std::string();
     }
-    return std::nullopt;
+    silent_ = {};
+    std::string piece;
+    // Then whatever else has already arrived, up to a bound: one piece (one HTTP chunk, one
+    // trip between the worker pool and the IO thread) for many events when output is heavy.
+    constexpr size_t kMaxPiece = 1 << 20;
+    while (true) {
+      Render(std::move(msg), piece);
+      if (done_ || piece.size() >= kMaxPiece) break;
+      msg = channel_->NextFor(stream_, std::chrono::milliseconds(0));
+      if (!msg && msg.error().code() == ErrorCode::kDeadlineExceeded) break;
+    }
+    if (piece.empty() && done_) return std::nullopt;  // an attachment's end without an event
+    return piece;
   }
 
  private:
+  // Appends the event for `msg` (or for the failure to read one) to `out`.
+  void Render(Result<protocol::Message> msg, std::string& out) {
+    const auto now = std::chrono::system_clock::now();  // when the event reached the daemon
+    if (!msg) {
+      done_ = true;
+      out += api::RenderErrorEvent(controller_.ExecError(id_, std::move(msg.error())), now);
+    } else if (auto* output = std::get_if<protocol::Output>(&*msg)) {
+      out += api::RenderOutputEvent(output->fd == protocol::OutputFd::kStdout, output->data, now);
+    } else if (auto* dropped = std::get_if<protocol::Dropped>(&*msg)) {
+      out += api::RenderDroppedEvent(dropped->bytes, now);
+    } else if (auto* exited = std::get_if<protocol::Exited>(&*msg)) {
+      done_ = true;
+      channel_.Keep();
+      out += api::RenderExitEvent(ToResultView({.exit = *exited}), now);
+    } else if (std::holds_alternative<protocol::Done>(*msg)) {  // an attachment's replay ended
+      done_ = true;
+      channel_.Keep();
+    } else if (auto* error = std::get_if<protocol::ErrorMsg>(&*msg)) {
+      done_ = true;
+      Error e(error->code, error->message, error->sys_errno);
+      out += api::RenderErrorEvent(controller_.ExecError(id_, std::move(e)), now);
+    }
+  }
+
   Controller& controller_;
   std::string id_;
   Channel channel_;

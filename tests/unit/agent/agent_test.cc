@@ -851,10 +851,10 @@ TEST_F(AgentBadInputTest, GarbageBytes) {
       [&] { ASSERT_TRUE(client().SendRaw("GET / HTTP/1.1\r\nHost: airlock\r\n\r\n")); });
 }
 
-TEST_F(AgentBadInputTest, FrameWithVersion2) {
+TEST_F(AgentBadInputTest, FrameWithAnotherVersion) {
   ExpectProtocolError([&] {
     std::string ping = p::EncodeFrame(0, p::Ping{1});
-    ping[4] = 2;
+    ping[4] = p::kProtocolVersion + 1;
     ASSERT_TRUE(client().SendRaw(ping));
   });
 }
@@ -936,7 +936,8 @@ TEST_F(AgentTest, NonHelloFirstFrameIsRejected) {
 }
 
 TEST_F(AgentTest, HelloWithAnotherProtocolVersionIsRejected) {
-  ExpectRejectedFirstFrame(p::EncodeFrame(0, p::Hello{2, "future daemon", 0}));
+  ExpectRejectedFirstFrame(p::EncodeFrame(0, p::Hello{p::kProtocolVersion + 1, "future daemon", 0}));
+  ExpectRejectedFirstFrame(p::EncodeFrame(0, p::Hello{p::kProtocolVersion - 1, "older daemon", 0}));
 }
 
 // --- Listening on a unix socket ----------------------------------------------------------------
