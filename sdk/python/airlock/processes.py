@@ -532,7 +532,12 @@ class Terminal:
         if opcode == _websocket.OP_BINARY:
             self._pending += payload  # the contract sends JSON; raw bytes are taken as output
             return
-        event = _parse_event(payload)
+        # One event per message; a message holding several NDJSON lines is taken line by line.
+        for line in payload.split(b"\n"):
+            if line.strip():
+                self._apply(_parse_event(line))
+
+    def _apply(self, event: Mapping[str, Any]) -> None:
         kind = event.get("type")
         if kind == "start":
             if event.get("pid") is not None:

@@ -11,10 +11,12 @@ import pytest
 
 from airlock import AirlockError, InvalidRequest, Terminal
 
-# The prompt is set through the environment (bash --norc keeps it); the typed command line that
-# sets nothing cannot contain it, so reading up to it means the command has finished.
+# The prompt is set through the environment (bash --norc keeps it); no typed command line
+# contains it, so reading up to it means the command has finished. --noediting: lines are read
+# by the terminal's own line discipline, not readline, which would redraw the prompt on its own
+# (on SIGWINCH, say) and so show a prompt that no command's end produced.
 PROMPT = "READY$ "
-BASH = ["bash", "--norc", "--noprofile"]
+BASH = ["bash", "--norc", "--noprofile", "--noediting"]
 
 
 def eventually(check: Callable[[], bool], timeout: float = 10.0) -> bool:
@@ -27,11 +29,13 @@ def eventually(check: Callable[[], bool], timeout: float = 10.0) -> bool:
 
 
 def run(t: Terminal, line: str) -> str:
-    """Types `line` and returns what the terminal showed up to the next prompt (without it and
-    without control sequences such as bracketed-paste mode switches)."""
+    """Types `line` and returns what the terminal showed up to the next prompt, without the
+    prompt, control sequences (such as bash's bracketed-paste switches) and carriage returns."""
     t.send(line + "\n")
-    out = t.read_until(PROMPT, timeout=15).decode("utf-8", "replace")
-    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out[: -len(PROMPT)])
+    raw = t.read_until(PROMPT, timeout=15)
+    assert b"\r\n" in raw  # a terminal's line discipline, not a pipe
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", raw.decode("utf-8", "replace")[: -len(PROMPT)])
+    return text.replace("\r", "")
 
 
 def test_bash_session(sbx) -> None:
@@ -40,7 +44,6 @@ def test_bash_session(sbx) -> None:
         t.read_until(PROMPT, timeout=15)
         out = run(t, "echo $((6*7))")
         assert out.splitlines() == ["echo $((6*7))", "42"]  # the terminal echoes the input
-        assert "\r\n" in out  # a terminal's line discipline, not a pipe
         assert run(t, "stty size").splitlines()[-1] == "24 80"
         assert run(t, "echo $TERM; test -t 0 && test -t 1 && echo tty").splitlines()[-2:] == [
             "xterm-256color", "tty"]

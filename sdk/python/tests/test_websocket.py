@@ -532,3 +532,23 @@ def test_terminal_connection_lost_before_exit(pair) -> None:
     with pytest.raises(ServerError, match="closed .*before the command's exit"):
         t.wait(1)
     t.close()
+
+
+def test_terminal_takes_a_message_of_several_ndjson_lines(pair) -> None:
+    # The contract sends one event per message; a message holding several NDJSON lines (as an
+    # HTTP chunk of the output stream does) is read line by line rather than refused.
+    client_end, server = pair
+
+    def script() -> None:
+        server.accept()
+        server.send(ws.OP_TEXT, _event("stdout", data="a\r\n") + b"\n" +
+                    _event("exit", exit_code=0, signal=None) + b"\n")
+        server.send(ws.OP_CLOSE, struct.pack("!H", 1000))
+        server.read_frame()
+
+    thread, errors = run_server(script)
+    t = Terminal(connect(client_end))
+    assert t.wait(5).exit_code == 0
+    assert t.recv(1) == b"a\r\n" and t.recv(1) == b""
+    t.close()
+    join(thread, errors)
