@@ -622,7 +622,10 @@ class Terminal:
         long as it takes); the session's error if it failed."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self._ended:
-            self._next_event(deadline)
+            try:
+                self._next_event(deadline)
+            except Timeout:
+                raise Timeout(f"the command still runs after {timeout:g} s") from None
         if self._exit is None:
             assert self._error is not None
             raise self._error
