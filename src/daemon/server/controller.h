@@ -33,8 +33,9 @@ namespace airlock::daemon {
 class ExecStream {
  public:
   virtual ~ExecStream() = default;
-  // The next event as one NDJSON line (api/render.h), or nullopt after the last one. An empty
-  // string means nothing happened for a second (the caller may check on its client).
+  // The next events as NDJSON lines (api/render.h; one or more whole lines, all that had
+  // arrived, up to about 1 MiB), or nullopt after the last one. An empty string means nothing
+  // happened for a second (the caller may check on its client).
   virtual std::optional<std::string> Next() = 0;
   // The process the events are about (inside the sandbox).
   virtual int32_t pid() const = 0;
