@@ -149,8 +149,15 @@ TEST_F(ProcessApiTest, SignalsByNameAndNumberReachTheProcess) {
   EXPECT_TRUE(done["exit_code"].is_null()) << done;
 
   // A process that ignores TERM survives it (the negative), and KILL by number ends it.
-  const int stubborn = Start(R"("cmd": "trap '' TERM; while :; do sleep 0.05; done")");
+  const int stubborn = Start(R"("cmd": "trap '' TERM; echo ready; while :; do sleep 0.05; done")");
   ASSERT_GT(stubborn, 0);
+  // The trap is set once it says so; a TERM before that would end it.
+  std::string out;
+  for (auto deadline = std::chrono::steady_clock::now() + 30s;
+       out.empty() && std::chrono::steady_clock::now() < deadline;) {
+    out = Output(stubborn).first;
+  }
+  ASSERT_EQ(out, "ready\n");
   ASSERT_EQ(Post(Proc(stubborn, "signal"), R"({"signal": "SIGTERM"})").status, 200);
   EXPECT_EQ(Wait(stubborn, 1)["state"], "running");
   ASSERT_EQ(Post(Proc(stubborn, "signal"), R"({"signal": 9})").status, 200);
