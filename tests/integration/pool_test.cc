@@ -199,6 +199,19 @@ TEST_F(PoolTest, ASettingFixedAtCreateTakesTheColdPath) {
   EXPECT_EQ(pool["ready"], 1) << pool;
   EXPECT_EQ(pool["misses"], 1) << pool;
   EXPECT_EQ(daemon_->Call(http::verb::delete_, "/v1/sandboxes/" + id).status, 204);
+
+  // An env too big to send with every command: cold, so that its agent gets it once.
+  json big = json::object();
+  for (int i = 0; i < 9; ++i) big["V" + std::to_string(i)] = std::string(32000, 'x');
+  const std::string big_id = CreateSandbox(json{{"env", big}}.dump());
+  ASSERT_FALSE(big_id.empty());
+  EXPECT_FALSE(pooled.contains(big_id));
+  EXPECT_EQ(Metric(R"(airlock_pool_claims_total{template="base",result="miss",reason="env"})"),
+            1);
+  Reply r = daemon_->Call(http::verb::post, "/v1/sandboxes/" + big_id + "/exec",
+                          R"({"cmd": "echo ${#V8}"})");
+  EXPECT_EQ(r.Json()["stdout"], "32000\n") << r.body;
+  EXPECT_EQ(daemon_->Call(http::verb::delete_, "/v1/sandboxes/" + big_id).status, 204);
 }
 
 TEST_F(PoolTest, ShrinkingToZeroDestroysTheIdleSandboxes) {
@@ -208,6 +221,11 @@ TEST_F(PoolTest, ShrinkingToZeroDestroysTheIdleSandboxes) {
   ASSERT_EQ(pooled.size(), 3u);
   Resize(0);
   ASSERT_TRUE(WaitReady(0));
+  // Ready drops as each one is taken; its teardown finishes just after.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!JailIds().empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   for (const std::string& id : pooled) ExpectGone(id);
   EXPECT_EQ(BasePool()["size"], 0);
   // With the pool at 0, a create is a plain cold one and counts as nothing.
@@ -220,7 +238,12 @@ TEST_F(PoolTest, ShrinkingToZeroDestroysTheIdleSandboxes) {
 TEST_F(PoolTest, RestartAfterSigkillAdoptsThePoolAndKeepsItsSize) {
   Resize(2);
   ASSERT_TRUE(WaitReady(2));
-  const std::set<std::string> pooled = JailIds();
+  // One claimed before the kill: after the restart its env still reaches its commands.
+  const std::string claimed = CreateSandbox(R"({"env": {"Y": "2"}})");
+  ASSERT_FALSE(claimed.empty());
+  ASSERT_TRUE(WaitReady(2));
+  std::set<std::string> pooled = JailIds();
+  ASSERT_EQ(pooled.erase(claimed), 1u);
   ASSERT_TRUE(WIFSIGNALED(daemon_->Stop(SIGKILL)));
   const std::string state_dir = daemon_->state_dir();
   daemon_.reset();
@@ -231,10 +254,16 @@ TEST_F(PoolTest, RestartAfterSigkillAdoptsThePoolAndKeepsItsSize) {
   ASSERT_FALSE(pool.is_null());
   EXPECT_EQ(pool["size"], 2) << pool;
   EXPECT_EQ(pool["ready"], 2) << pool;
-  EXPECT_EQ(JailIds(), pooled);
-  EXPECT_EQ(Metric(R"(airlock_recovery_sandboxes{outcome="adopted"})"), 2);
+  std::set<std::string> all = pooled;
+  all.insert(claimed);
+  EXPECT_EQ(JailIds(), all);
+  EXPECT_EQ(Metric(R"(airlock_recovery_sandboxes{outcome="adopted"})"), 3);
   EXPECT_EQ(Metric(R"(airlock_recovery_sandboxes{outcome="orphan_removed"})"), 0);
-  EXPECT_TRUE(Listed().empty());
+  EXPECT_EQ(Listed(), (std::map<std::string, std::string>{{claimed, "running"}}));
+  Reply kept = daemon_->Call(http::verb::post, "/v1/sandboxes/" + claimed + "/exec",
+                             R"({"cmd": "echo $Y"})");
+  EXPECT_EQ(kept.Json()["stdout"], "2\n") << kept.body;
+  EXPECT_EQ(daemon_->Call(http::verb::delete_, "/v1/sandboxes/" + claimed).status, 204);
   const std::string id = CreateSandbox(R"({"env": {"X": "1"}})");
   ASSERT_FALSE(id.empty());
   EXPECT_TRUE(pooled.contains(id));

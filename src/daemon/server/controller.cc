@@ -193,7 +193,8 @@ void Controller::RecoverOne(const SandboxRecord& rec, RecoveryReport& report) {
     give_up("airlockd restarted and " + adopted.error().message());
     return;
   }
-  Hold(id, rec.env);
+  Hold(id, rec.resources.contains(kEnvPerCommand) ? rec.env
+                                                                : std::vector<std::string>{});
   if (!paused && !rec.pooled) {
     // A claim commits the request's limits before it writes them to the engine; a crash in
     // between would leave the pool's defaults in force. Writing the recorded ones again closes
@@ -336,7 +337,6 @@ Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest&
   const runtime::SandboxInfo& info = (*sandbox)->info();
   auto live = std::make_shared<Live>();
   live->idle.push_back(std::move(*client));
-  live->env = record.env;
   {
     std::lock_guard lock(mu_);
     live_[id] = live;

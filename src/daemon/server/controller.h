@@ -69,6 +69,10 @@ struct RecoveryReport {
   int orphans_removed = 0;  // sandboxes the engine had that no live record claimed
 };
 
+// The key in a record's resources that says its agent started without the sandbox env (a
+// claimed pooled sandbox), so the controller sends the env with every command.
+inline constexpr const char* kEnvPerCommand = "env_per_command";
+
 class Controller {
  public:
   // `store` and `runtime` outlive the controller.
@@ -181,9 +185,9 @@ class Controller {
     std::mutex lifecycle_mu;  // serializes pause / resume / destroy on the engine
     std::mutex channels_mu;
     std::vector<protocol::BlockingClient> idle;  // connected channels, guarded by channels_mu
-    // The sandbox's env, sent with every command (guarded by channels_mu). The agent of a
-    // sandbox claimed from a pool started without it, and the agent cannot be told later; for
-    // the others it repeats the agent's own, which changes nothing.
+    // The env sent with every command (guarded by channels_mu): a claimed pooled sandbox's,
+    // whose agent started without it and cannot be told later. Empty for the others, whose
+    // agent has it from its start.
     std::vector<std::string> env;
   };
   struct Pool {

@@ -21,8 +21,14 @@ const runtime::Limits kPoolLimits{};
 constexpr const char* kMissEmpty = "empty";    // no pooled sandbox was ready
 constexpr const char* kMissDisk = "disk";      // the request's disk / tmp / nofile differ
 constexpr const char* kMissLimits = "limits";  // the engine refused the request's limits
+constexpr const char* kMissEnv = "env";        // the env is too big to send with every command
 constexpr const char* kMissError = "error";    // the store or the pooled sandbox failed
-constexpr const char* kMissReasons[] = {kMissEmpty, kMissDisk, kMissLimits, kMissError};
+constexpr const char* kMissReasons[] = {kMissEmpty, kMissDisk, kMissLimits, kMissEnv, kMissError};
+
+// A claimed sandbox's env travels with every command (its agent started without it), and a
+// command's message is at most protocol::kMaxPayload (1 MiB) with the command's own env in it;
+// a bigger sandbox env takes the cold path, where the agent gets it once at start.
+constexpr size_t kMaxClaimedEnvBytes = 256 * 1024;
 
 // The filler's pause after an engine error; doubles up to the cap while errors go on.
 constexpr auto kFirstBackoff = std::chrono::milliseconds(500);
@@ -61,6 +67,12 @@ std::optional<Result<SandboxRecord>> Controller::ClaimFromPool(
     return std::nullopt;
   }
   const std::vector<std::string> env = api::EnvList(request.env);
+  size_t env_bytes = 0;
+  for (const std::string& kv : env) env_bytes += kv.size() + 1;
+  if (env_bytes > kMaxClaimedEnvBytes) {
+    CountMiss(name, kMissEnv);
+    return std::nullopt;
+  }
   // One transaction: the record stops being pooled and takes the request's settings, so no
   // other create can have it and a crash after it leaves a normal running sandbox.
   auto claimed = store_.ClaimPooled(name, [&](SandboxRecord& r) {
@@ -71,6 +83,8 @@ std::optional<Result<SandboxRecord>> Controller::ClaimFromPool(
     r.env = env;
     r.metadata = request.metadata;
     r.expires_at_ms = DeadlineMs(request.ttl_seconds);
+    // Recovery must know that this agent lacks the env and the controller sends it.
+    r.resources.try_emplace(kEnvPerCommand, "yes");
   });
   {
     std::lock_guard lock(pool_mu_);
