@@ -39,7 +39,7 @@ struct PoolStats {
   int64_t size = 0;
   int64_t ready = 0;
   uint64_t hits = 0;
-  std::map<std::string, uint64_t> misses;  // by reason: "empty", "disk", "limits", "error"
+  std::map<std::string, uint64_t> misses;  // by reason: empty, disk, env, limits, error
   uint64_t miss_total() const {
     uint64_t n = 0;
     for (const auto& [reason, count] : misses) n += count;
