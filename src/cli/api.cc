@@ -16,8 +16,18 @@ Outcome<Api> Api::Connect(const Globals& globals) {
     if (!found) return CommandError(found.error().message());
     key = *found;
   }
-  http->set_api_key(std::move(key));
-  return Api(std::move(*http));
+  http->set_api_key(key);
+  return Api(std::move(*http), std::move(key));
+}
+
+Outcome<std::unique_ptr<client::WsClient>> Api::OpenWebSocket(const std::string& target) {
+  client::HttpResponse refusal;
+  auto ws = client::WsClient::Connect(http_.url(), api_key_, target, &refusal);
+  if (ws) return std::move(*ws);
+  if (refusal.status != 0) {
+    return CommandError(DescribeErrorReply(refusal.status, refusal.body, http_.url()));
+  }
+  return CommandError(ws.error().message());
 }
 
 void Api::AllowAtLeast(std::chrono::milliseconds timeout) {

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include "cli/outcome.h"
 #include "client/http_client.h"
+#include "client/ws_client.h"
 
 namespace airlock::cli {
 
@@ -47,13 +49,19 @@ class Api {
       std::string_view method, const std::string& target, const nlohmann::json& request,
       const std::function<bool(std::string_view)>& on_line);
 
+  // Opens a WebSocket session on `target` (exec/ws, processes/{pid}/ws) with the same URL and
+  // key. A refused upgrade is a Failure with the server's "<code>: <message>".
+  [[nodiscard]] Outcome<std::unique_ptr<client::WsClient>> OpenWebSocket(const std::string& target);
+
   // Raises the per-request limits for long execs and big transfers.
   void AllowAtLeast(std::chrono::milliseconds timeout);
   void set_body_limit(uint64_t bytes) { http_.set_body_limit(bytes); }
 
  private:
-  explicit Api(client::HttpClient http) : http_(std::move(http)) {}
+  Api(client::HttpClient http, std::string api_key)
+      : http_(std::move(http)), api_key_(std::move(api_key)) {}
   client::HttpClient http_;
+  std::string api_key_;
   std::chrono::milliseconds timeout_ = std::chrono::minutes(10);
 };
 

@@ -35,6 +35,13 @@ const FlagSpec* FindSpec(std::string_view name, std::span<const FlagSpec> specs)
   return nullptr;
 }
 
+const FlagSpec* FindShort(char name, std::span<const FlagSpec> specs) {
+  for (const auto& spec : specs) {
+    if (spec.short_name != 0 && spec.short_name == name) return &spec;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 Outcome<Args> ParseArgs(std::string_view command, std::span<const std::string> in,
@@ -67,7 +74,30 @@ Outcome<Args> ParseArgs(std::string_view command, std::span<const std::string> i
       continue;
     }
     if (!arg.starts_with("--")) {
-      if (arg.size() > 1 && arg[0] == '-') return UsageError(cmd, "unknown flag " + arg);
+      if (arg.size() > 1 && arg[0] == '-') {
+        // One or more short flags: "-it", "-d", "-s KILL", "-sKILL".
+        for (size_t k = 1; k < arg.size(); ++k) {
+          const FlagSpec* spec = FindShort(arg[k], specs);
+          if (spec == nullptr) {
+            return UsageError(cmd, "unknown flag " + (arg.size() == 2 ? arg : "-" + arg.substr(k, 1) +
+                                                                               " in " + arg));
+          }
+          const std::string name(spec->name);
+          if (!spec->takes_value) {
+            out.flags[name].push_back("");
+            continue;
+          }
+          if (k + 1 < arg.size()) {
+            out.flags[name].push_back(arg.substr(k + 1));
+          } else if (i + 1 < in.size()) {
+            out.flags[name].push_back(in[++i]);
+          } else {
+            return UsageError(cmd, "-" + arg.substr(k, 1) + " needs a value");
+          }
+          break;
+        }
+        continue;
+      }
       if (tail_after && *tail_after == 0) {  // run CMD...: the first non-flag starts the command
         take_tail(i);
         return out;

@@ -1,6 +1,7 @@
 #pragma once
 // Hand-rolled argument parsing for the CLI's commands: long flags (--name VALUE, --name=VALUE, or
-// a switch), positionals, and an optional command tail (exec's and run's CMD [ARG...]).
+// a switch), the few short ones a command declares (-i, -t, -s SIG), positionals, and an optional
+// command tail (exec's and run's CMD [ARG...]).
 
 #include <cstddef>
 #include <cstdint>
@@ -18,13 +19,15 @@ namespace airlock::cli {
 struct FlagSpec {
   std::string_view name;  // without the leading "--"
   bool takes_value;
+  char short_name = 0;  // also "-c" (switches combine: "-it"; a value follows: "-s KILL", "-sKILL")
 };
 
 // The flags every command accepts as well as the top level: --url, --api-key, --json.
 extern const std::vector<FlagSpec> kGlobalFlags;
 
 struct Args {
-  std::map<std::string, std::vector<std::string>> flags;  // each use in order; "" for switches
+  // Each use in order, under the long name (short flags too); "" for switches.
+  std::map<std::string, std::vector<std::string>> flags;
   std::vector<std::string> positional;
   std::vector<std::string> tail;  // the command to run, for exec and run
   bool help = false;              // --help or -h was given

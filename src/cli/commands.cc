@@ -48,19 +48,37 @@ int PrintUsage(std::string_view command) {
   return 0;
 }
 
-namespace {
-
-// ---- shared helpers -------------------------------------------------------------------------
-
 void PrintText(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
 
-// The one way --json output is printed: the document, pretty with 2-space indent, then "\n".
 Outcome<int> PrintJson(const json& doc) {
   auto text = DumpJson(doc, 2);
   if (!text) return std::unexpected(text.error());
   PrintText(*text + "\n");
   return 0;
 }
+
+Outcome<int> ExitCodeOf(const json& result) {
+  if (!result.is_object()) return CommandError("the daemon's exec reply is not an object");
+  auto flag = [&](const char* key) {
+    return result.value(key, json()).is_boolean() && result[key];
+  };
+  if (flag("truncated")) {
+    std::fprintf(stderr, "airlock: warning: the output was truncated at the daemon's cap\n");
+  }
+  if (flag("oom_killed")) std::fprintf(stderr, "airlock: the command was killed for memory\n");
+  if (flag("timed_out")) return 124;
+  if (result.contains("signal") && result["signal"].is_number_integer()) {
+    return 128 + result["signal"].get<int>();
+  }
+  if (result.contains("exit_code") && result["exit_code"].is_number_integer()) {
+    return result["exit_code"].get<int>();
+  }
+  return CommandError("the daemon's exec reply has neither exit_code nor signal");
+}
+
+namespace {
+
+// ---- shared helpers -------------------------------------------------------------------------
 
 // A string field of `doc`, or "" when it is missing or not a string.
 std::string Text(const json& doc, const char* key) {
@@ -96,6 +114,12 @@ const std::vector<FlagSpec> kCreateFlags = {
 
 const std::vector<FlagSpec> kExecFlags = {
     {"timeout", true}, {"cwd", true}, {"env", true}, {"user", true}, {"stdin", false},
+};
+// exec only (run has no use for them).
+const std::vector<FlagSpec> kExecOnlyFlags = {
+    {"interactive", false, 'i'},
+    {"tty", false, 't'},
+    {"detach", false, 'd'},
 };
 
 // The CreateSandboxRequest for the create flags in `args`; run sends --env with the exec instead.
@@ -179,8 +203,8 @@ Outcome<std::string> DecodeOutput(const json& result, const char* field) {
   return *decoded;
 }
 
-// Writes the command's output (or the result document with --json) and returns its exit code:
-// the command's own, 128+N for signal N, 124 when it timed out (as timeout(1) does).
+// Writes the command's output (or the result document with --json) and returns its exit code
+// (ExitCodeOf).
 Outcome<int> EmitExecResult(const json& result, bool json_mode) {
   if (!result.is_object()) return CommandError("the daemon's exec reply is not an object");
   if (json_mode) {
@@ -194,21 +218,7 @@ Outcome<int> EmitExecResult(const json& result, bool json_mode) {
     WriteAll(STDOUT_FILENO, *out);
     WriteAll(STDERR_FILENO, *err);
   }
-  auto flag = [&](const char* key) {
-    return result.value(key, json()).is_boolean() && result[key];
-  };
-  if (flag("truncated")) {
-    std::fprintf(stderr, "airlock: warning: the output was truncated at the daemon's cap\n");
-  }
-  if (flag("oom_killed")) std::fprintf(stderr, "airlock: the command was killed for memory\n");
-  if (flag("timed_out")) return 124;
-  if (result.contains("signal") && result["signal"].is_number_integer()) {
-    return 128 + result["signal"].get<int>();
-  }
-  if (result.contains("exit_code") && result["exit_code"].is_number_integer()) {
-    return result["exit_code"].get<int>();
-  }
-  return CommandError("the daemon's exec reply has neither exit_code nor signal");
+  return ExitCodeOf(result);
 }
 
 // Runs the exec request with "stream": true, writing the command's output to our stdout and
@@ -364,13 +374,25 @@ Outcome<int> CmdInspect(const CommandArgs& in, Globals& globals) {
 }
 
 Outcome<int> CmdExec(const CommandArgs& in, Globals& globals) {
-  auto args = Parse("exec", in, kExecFlags, globals, /*tail_after=*/1);
+  std::vector<FlagSpec> flags = kExecFlags;
+  flags.insert(flags.end(), kExecOnlyFlags.begin(), kExecOnlyFlags.end());
+  auto args = Parse("exec", in, flags, globals, /*tail_after=*/1);
   if (!args) return std::unexpected(args.error());
   if (args->help) return PrintUsage("exec");
   auto id = OneId("exec", *args);
   if (!id) return std::unexpected(id.error());
+  const bool interactive = args->Has("interactive"), tty = args->Has("tty");
+  const bool detach = args->Has("detach");
+  if (!detach && (interactive || tty) && args->Has("stdin")) {
+    return UsageError("exec", "--stdin sends stdin all at once: not with -i or -t");
+  }
+  if (!detach && (interactive || tty) && globals.json) {
+    return UsageError("exec", "--json does not apply to an interactive session (-i, -t)");
+  }
   auto req = ExecRequest("exec", *args, args->tail);
   if (!req) return std::unexpected(req.error());
+  if (detach) return BackgroundExec(*id, *req, interactive, tty, globals);
+  if (interactive || tty) return InteractiveExec(*id, *req, interactive, tty, globals);
   auto api = Api::Connect(globals);
   if (!api) return std::unexpected(api.error());
   api->AllowAtLeast(ExecDeadline(*req));
@@ -589,11 +611,19 @@ constexpr std::string_view kExecUsage = R"(usage: airlock exec [flags] ID [--] C
 Runs CMD in sandbox ID, writes its stdout and stderr as they are, and exits with its exit code
 (128+N if signal N killed it, 124 if it timed out). With --json, prints the result object.
 
-  --timeout S       kill the command and everything it started after S seconds (default: 300)
+  --timeout S       kill the command and everything it started after S seconds (default: 300;
+                    with -i or -t, a day; with -d, none)
   --cwd DIR         working directory inside the sandbox
   --env K=V         an environment variable (repeatable)
   --user U          run as user U (a name or uid from the sandbox's /etc/passwd)
   --stdin           send all of this program's stdin to the command
+  -i, --interactive send this program's stdin to the command as it comes (over a WebSocket);
+                    at its end the command's stdin is closed; Ctrl-C sends it SIGINT
+  -t, --tty         run the command on a terminal the size of this one (following resizes);
+                    with -i and a terminal here, this one is in raw mode until the command ends
+  -d, --detach      start the command in the background and print its pid (with --json, the
+                    process object); with -i its stdin stays open, with -t it runs on a
+                    terminal, for airlock attach later (see also airlock ps, kill)
 )";
 
 constexpr std::string_view kRunUsage =
@@ -618,6 +648,35 @@ DST is ID:PATH (a local path with a ':' in it can be written ./a:b).
 As with cp -r: if DST is an existing directory, SRC is copied into it under its own name;
 otherwise DST becomes the copy. Directories travel as tar streams made and unpacked by the
 system tar.
+)";
+
+constexpr std::string_view kPsUsage = R"(usage: airlock ps ID
+
+Lists the processes of sandbox ID: the running ones, then the background ones that ended
+(the last 64). Columns: PID STATE STARTED EXIT COMMAND. With --json, the array of process
+objects.
+)";
+
+constexpr std::string_view kAttachUsage = R"(usage: airlock attach [--no-replay] ID PID
+
+Attaches to process PID of sandbox ID (see airlock ps): shows the output it still holds, then
+its output as it comes, and exits with its exit code when it ends (128+N for signal N, 124 if
+it timed out). Input goes to the process when its stdin is open; a process on a terminal gets
+this terminal in raw mode.
+
+Ctrl-] detaches, and so does Ctrl-C when the process has no terminal: the process runs on and
+this exits 0 (128+N after signal N: SIGTERM and SIGHUP detach too). When this program's stdin
+ends, input just stops; the process's stdin stays open.
+
+  --no-replay       skip the output from before the attach
+)";
+
+constexpr std::string_view kKillUsage = R"(usage: airlock kill [-s SIG] ID PID
+
+Sends signal SIG to process PID of sandbox ID (its process group). Prints nothing; with --json,
+the process object after.
+
+  -s, --signal SIG  a name (TERM, SIGKILL, int) or a number 1-64 (default: TERM)
 )";
 
 constexpr std::string_view kRmUsage = R"(usage: airlock rm ID...
@@ -654,6 +713,9 @@ const std::vector<Command>& Commands() {
       {"exec", "run a command in a sandbox", kExecUsage, CmdExec},
       {"run", "create a sandbox, run a command in it, delete it", kRunUsage, CmdRun},
       {"cp", "copy files and directories to or from a sandbox", kCpUsage, CmdCp},
+      {"ps", "list the processes in a sandbox", kPsUsage, CmdPs},
+      {"attach", "attach to a process: its output, and input to it", kAttachUsage, CmdAttach},
+      {"kill", "send a signal to a process", kKillUsage, CmdKill},
       {"rm", "delete sandboxes", kRmUsage, CmdRm},
       {"pause", "freeze a sandbox", kPauseUsage, CmdPause},
       {"resume", "thaw a paused sandbox", kResumeUsage, CmdResume},
@@ -689,7 +751,8 @@ std::string TopLevelHelp() {
   out +=
       "\n"
       "'airlock COMMAND --help' describes a command. Exit codes: 0 success, 1 an API or\n"
-      "connection error, 2 a usage error; exec and run exit with the command's own code.\n";
+      "connection error, 2 a usage error; exec, run and attach exit with the command's own\n"
+      "code.\n";
   return out;
 }
 

@@ -36,7 +36,24 @@ int PrintUsage(std::string_view command);
 
 Outcome<int> CmdCp(const CommandArgs& args, Globals& globals);  // in cp.cc
 
+// Processes (processes.cc): the ps, attach and kill commands, and exec's -d and -i / -t, which
+// take the exec request CmdExec built from its flags.
+Outcome<int> CmdPs(const CommandArgs& args, Globals& globals);
+Outcome<int> CmdAttach(const CommandArgs& args, Globals& globals);
+Outcome<int> CmdKill(const CommandArgs& args, Globals& globals);
+// -d: with `stdin_open` (-i) its stdin stays open, with `tty` (-t) it gets a terminal.
+Outcome<int> BackgroundExec(const std::string& id, nlohmann::json request, bool stdin_open,
+                            bool tty, Globals& globals);
+Outcome<int> InteractiveExec(const std::string& id, nlohmann::json request, bool interactive,
+                             bool tty, Globals& globals);
+
 // Writes all of `bytes` to `fd` (retrying short writes); false if that failed.
 bool WriteAll(int fd, std::string_view bytes);
+void PrintText(const std::string& text);
+// The one way --json output is printed: the document, pretty with 2-space indent, then "\n".
+Outcome<int> PrintJson(const nlohmann::json& doc);
+// A finished command's exit code from its result (or exit event): its own, 128+N for signal N,
+// 124 when it timed out (as timeout(1) does). Warns on stderr when it was truncated or OOM.
+Outcome<int> ExitCodeOf(const nlohmann::json& result);
 
 }  // namespace airlock::cli

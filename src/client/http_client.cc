@@ -30,7 +30,7 @@ std::string HttpResponse::Header(const std::string& name) const {
   return it == headers.end() ? std::string() : it->second;
 }
 
-Result<HttpClient> HttpClient::Open(const std::string& url) {
+Result<HostPort> ParseHttpUrl(const std::string& url) {
   constexpr std::string_view kScheme = "http://";
   std::string_view rest = url;
   if (!rest.starts_with(kScheme)) {
@@ -62,7 +62,13 @@ Result<HttpClient> HttpClient::Open(const std::string& url) {
   if (host.empty() || !numeric || std::atoi(port.c_str()) > 65535) {
     return Fail(ErrorCode::kInvalidArgument, "bad host or port in '" + url + "'");
   }
-  return HttpClient(url, std::move(host), std::move(port));
+  return HostPort{std::move(host), std::move(port)};
+}
+
+Result<HttpClient> HttpClient::Open(const std::string& url) {
+  auto where = ParseHttpUrl(url);
+  if (!where) return std::unexpected(std::move(where.error()));
+  return HttpClient(url, std::move(where->host), std::move(where->port));
 }
 
 HttpClient::HttpClient(std::string url, std::string host, std::string port)

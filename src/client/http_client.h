@@ -70,6 +70,12 @@ class HttpClient {
   std::unique_ptr<Conn> conn_;
 };
 
+// http://HOST:PORT split (an IPv6 host without its brackets; port "80" when not given).
+struct HostPort {
+  std::string host, port;
+};
+[[nodiscard]] Result<HostPort> ParseHttpUrl(const std::string& url);
+
 // "%2F"-style escaping of a query value (RFC 3986 unreserved characters pass as they are).
 std::string UrlEncode(std::string_view value);
 

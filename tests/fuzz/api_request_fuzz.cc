@@ -7,7 +7,7 @@
 //   2 ExecRequest::FromJson             3..9 ParseQueryString + FileQuery::FromQuery, one FileOp
 //   10 ParseQueryString + ListFilter    11 Base64Decode / Base64Encode   12 IsValidUtf8
 //   13 SignalRequest::FromJson          14 StdinRequest::FromJson        15 WaitRequest::FromJson
-//   16 ParseQueryString + OutputQuery
+//   16 ParseQueryString + OutputQuery   17 WsClientMessage::FromJson (a WebSocket message)
 //
 // What is checked, for every input:
 //  - a parser returns a value or an Error whose code is kInvalidArgument (kTooLarge only for a
@@ -434,8 +434,49 @@ void CheckOutputQuery(std::string_view raw) {
   AIRLOCK_CHECK(again.has_value() && again->follow == query->follow);
 }
 
+// --- WebSocket client messages. ---
+
+bool Same(const WsClientMessage& a, const WsClientMessage& b) {
+  return a.type == b.type && a.data == b.data && a.signal == b.signal && a.cols == b.cols &&
+         a.rows == b.rows;
+}
+
+void CheckWsMessage(std::string_view text) {
+  auto msg = WsClientMessage::FromJson(text);
+  if (!msg) {
+    // The cap on a message is below the JSON body cap that CheckError knows.
+    if (msg.error().code() == ErrorCode::kTooLarge) {
+      AIRLOCK_CHECK(text.size() > kMaxWsMessageBytes);
+      return;
+    }
+    CheckError(msg.error(), text.size());
+    return;
+  }
+  json doc;
+  switch (msg->type) {
+    case WsClientMessage::Type::kStdin:
+      AIRLOCK_CHECK(msg->data.size() <= kMaxWsMessageBytes);
+      doc = {{"type", "stdin"}, {"data", Base64Encode(msg->data)}, {"encoding", "base64"}};
+      break;
+    case WsClientMessage::Type::kStdinClose:
+      doc = {{"type", "stdin_close"}};
+      break;
+    case WsClientMessage::Type::kSignal:
+      AIRLOCK_CHECK(msg->signal >= 1 && msg->signal <= 64);
+      doc = {{"type", "signal"}, {"signal", msg->signal}};
+      break;
+    case WsClientMessage::Type::kResize:
+      AIRLOCK_CHECK(msg->cols >= 1 && msg->cols <= 1000 && msg->rows >= 1 && msg->rows <= 1000);
+      doc = {{"type", "resize"}, {"cols", msg->cols}, {"rows", msg->rows}};
+      break;
+  }
+  auto again = WsClientMessage::FromJson(doc.dump());
+  AIRLOCK_CHECK(again.has_value());
+  AIRLOCK_CHECK(Same(*again, *msg));
+}
+
 void Run(uint8_t selector, std::string_view rest) {
-  switch (selector % 17) {
+  switch (selector % 18) {
     case 0:
       CheckCreate(rest);
       break;
@@ -452,7 +493,7 @@ void Run(uint8_t selector, std::string_view rest) {
     case 7:
     case 8:
     case 9:
-      CheckFileQuery(rest, kFileOps[selector % 17 - 3]);
+      CheckFileQuery(rest, kFileOps[selector % 18 - 3]);
       break;
     case 10:
       CheckListFilter(rest);
@@ -474,6 +515,9 @@ void Run(uint8_t selector, std::string_view rest) {
       break;
     case 16:
       CheckOutputQuery(rest);
+      break;
+    case 17:
+      CheckWsMessage(rest);
       break;
   }
 }

@@ -5,7 +5,10 @@
 // The Cp* tests need the files API (PUT/GET .../files, .../files/list, .../files/tar). Until the
 // daemon implements it, it answers 501 and those tests fail with "unimplemented".
 
+#include <pty.h>
 #include <signal.h>
+#include <sys/ioctl.h>
+#include <termios.h>
 
 #include <algorithm>
 #include <fstream>
@@ -356,6 +359,16 @@ TEST_F(CliTest, UsageErrorsExit2) {
       {"cp", "a", "b"},
       {"cp", "sbx-a:/x", "sbx-b:/y"},
       {"rm"},
+      {"exec", "-x", "sbx-aaaaaaaaaaaaaaaa", "true"},
+      {"exec", "-it", "--stdin", "sbx-aaaaaaaaaaaaaaaa", "true"},
+      {"--json", "exec", "-it", "sbx-aaaaaaaaaaaaaaaa", "true"},
+      {"ps"},
+      {"ps", "sbx-a", "sbx-b"},
+      {"kill", "sbx-aaaaaaaaaaaaaaaa"},
+      {"kill", "sbx-aaaaaaaaaaaaaaaa", "12x"},
+      {"kill", "sbx-aaaaaaaaaaaaaaaa", "12", "-s"},
+      {"attach", "sbx-aaaaaaaaaaaaaaaa"},
+      {"attach", "sbx-aaaaaaaaaaaaaaaa", "-5"},
   };
   for (const auto& args : cases) {
     ProcessResult r = Cli(args);
@@ -373,7 +386,8 @@ TEST_F(CliTest, HelpAndVersion) {
   ProcessResult help = Cli({"--help"});
   EXPECT_EQ(help.exit_code(), 0);
   for (const char* command :
-       {"create", "ls", "inspect", "exec", "run", "cp", "rm", "pause", "resume", "version"}) {
+       {"create", "ls", "inspect", "exec", "run", "cp", "rm", "ps", "attach", "kill", "pause",
+        "resume", "version"}) {
     EXPECT_NE(help.out.find(std::string("  ") + command + " "), std::string::npos) << command;
     ProcessResult own = Cli({command, "--help"});
     EXPECT_EQ(own.exit_code(), 0) << command;
@@ -522,6 +536,297 @@ TEST_F(CliTest, CpFromTheSandboxDropsSetIdBits) {
   EXPECT_EQ(p & (fs::perms::set_uid | fs::perms::set_gid), fs::perms::none);
   EXPECT_NE(p & fs::perms::owner_exec, fs::perms::none);
   EXPECT_EQ(fs::file_size(local / "plain"), 2u);
+}
+
+}  // namespace
+
+namespace {
+
+// ---- processes: exec -d / -i / -it, ps, attach, kill --------------------------------------
+
+// The process object of `pid` in `airlock --json ps ID`, or null.
+json PsEntry(const ProcessResult& ps, int64_t pid) {
+  const json list = json::parse(ps.out, nullptr, false);
+  if (!list.is_array()) return json();
+  for (const json& p : list) {
+    if (p.value("pid", int64_t{0}) == pid) return p;
+  }
+  return json();
+}
+
+TEST_F(CliTest, ExecDetachPsKill) {
+  const std::string id = CliCreate();
+  ASSERT_FALSE(id.empty());
+  ProcessResult started = Cli({"exec", "-d", id, "--", "sleep", "1000"});
+  ASSERT_EQ(started.exit_code(), 0) << started.err;
+  ASSERT_TRUE(std::regex_match(started.out, std::regex("[0-9]+\n"))) << started.out;
+  const std::string pid = started.out.substr(0, started.out.size() - 1);
+  ProcessResult started_json = Cli({"--json", "exec", "-d", id, "--", "sleep", "1001"});
+  ASSERT_EQ(started_json.exit_code(), 0) << started_json.err;
+  const json second = json::parse(started_json.out, nullptr, false);
+  ASSERT_TRUE(second.is_object()) << started_json.out;
+  EXPECT_EQ(second["state"], "running");
+  EXPECT_EQ(second["background"], true);
+  const std::string pid2 = std::to_string(second["pid"].get<int64_t>());
+
+  ProcessResult ps = Cli({"ps", id});
+  ASSERT_EQ(ps.exit_code(), 0) << ps.err;
+  EXPECT_TRUE(std::regex_search(ps.out, std::regex("^PID +STATE +STARTED +EXIT +COMMAND\n")))
+      << ps.out;
+  EXPECT_TRUE(std::regex_search(ps.out, std::regex("\n" + pid + " +running +20[0-9-]+T[^ ]+ +- +"
+                                                   "sleep 1000\n")))
+      << ps.out;
+  ProcessResult ps_json = Cli({"--json", "ps", id});
+  ASSERT_EQ(ps_json.exit_code(), 0) << ps_json.err;
+  const json entry = PsEntry(ps_json, std::stoll(pid));
+  ASSERT_TRUE(entry.is_object()) << ps_json.out;
+  EXPECT_EQ(entry["command"], "sleep 1000");
+  EXPECT_EQ(entry["state"], "running");
+
+  // kill: TERM unless told; then the process is listed as ended by it.
+  ProcessResult killed = Cli({"kill", id, pid});
+  EXPECT_EQ(killed.exit_code(), 0) << killed.err;
+  EXPECT_TRUE(killed.out.empty()) << killed.out;
+  ProcessResult by_name = Cli({"kill", "-s", "KILL", id, pid2});
+  EXPECT_EQ(by_name.exit_code(), 0) << by_name.err;
+  json first_end, second_end;
+  for (int i = 0; i < 600; ++i) {
+    ProcessResult now = Cli({"--json", "ps", id});
+    first_end = PsEntry(now, std::stoll(pid));
+    second_end = PsEntry(now, std::stoll(pid2));
+    if (first_end.value("state", "") == "exited" && second_end.value("state", "") == "exited") {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(first_end.value("signal", json()), 15) << first_end;
+  EXPECT_EQ(second_end.value("signal", json()), 9) << second_end;
+  ProcessResult table = Cli({"ps", id});
+  EXPECT_TRUE(std::regex_search(table.out, std::regex("\n" + pid + " +exited +[^ ]+ +signal 15 +"
+                                                      "sleep 1000\n")))
+      << table.out;
+
+  ProcessResult bad_signal = Cli({"kill", "-s", "BOGUS", id, pid});
+  EXPECT_EQ(bad_signal.exit_code(), 1);
+  EXPECT_TRUE(IsOneLine(bad_signal.err)) << bad_signal.err;
+  EXPECT_TRUE(bad_signal.err.starts_with("airlock: invalid_argument: ")) << bad_signal.err;
+  ProcessResult unknown = Cli({"kill", id, "4000000"});
+  EXPECT_EQ(unknown.exit_code(), 1);
+  EXPECT_TRUE(unknown.err.starts_with("airlock: not_found: ")) << unknown.err;
+}
+
+TEST_F(CliTest, AttachShowsOutputTakesInputAndExitsWithTheCode) {
+  const std::string id = CliCreate();
+  ASSERT_FALSE(id.empty());
+  ProcessResult started =
+      Cli({"exec", "-d", "-i", id, "--", "sh", "-c", "echo one; read x; echo two $x; exit 4"});
+  ASSERT_EQ(started.exit_code(), 0) << started.err;
+  const std::string pid = started.out.substr(0, started.out.size() - 1);
+  ASSERT_FALSE(pid.empty());
+  // Input ends with our stdin's end: the process's stdin stays open, and the attach lasts until
+  // the process ends.
+  ProcessResult attached = Cli({"attach", id, pid}, "hello\n");
+  EXPECT_EQ(attached.exit_code(), 4) << attached.err;
+  EXPECT_EQ(attached.out, "one\ntwo hello\n");
+  // Attaching after the end: the output it left, and its code.
+  ProcessResult again = Cli({"attach", id, pid});
+  EXPECT_EQ(again.exit_code(), 4) << again.err;
+  EXPECT_EQ(again.out, "one\ntwo hello\n");
+  ProcessResult no_replay = Cli({"attach", "--no-replay", id, pid});
+  EXPECT_EQ(no_replay.exit_code(), 4) << no_replay.err;
+  EXPECT_EQ(no_replay.out, "");
+
+  ProcessResult unknown = Cli({"attach", id, "4000000"});
+  EXPECT_EQ(unknown.exit_code(), 1);
+  EXPECT_TRUE(IsOneLine(unknown.err)) << unknown.err;
+  EXPECT_TRUE(unknown.err.starts_with("airlock: not_found: ")) << unknown.err;
+}
+
+TEST_F(CliTest, ExecInteractiveWithoutATerminal) {
+  const std::string id = CliCreate();
+  ASSERT_FALSE(id.empty());
+  // Our stdin goes over as it comes; its end closes the command's stdin, so cat ends.
+  ProcessResult r = Cli({"exec", "-i", id, "--", "sh", "-c", "cat; echo err >&2; exit 6"},
+                        "abc\n\x01\xff");
+  EXPECT_EQ(r.exit_code(), 6) << r.err;
+  EXPECT_EQ(r.out, "abc\n\x01\xff");
+  EXPECT_EQ(r.err, "err\n");
+}
+
+// The CLI with its stdin, stdout and stderr on a pseudo-terminal made here, as its controlling
+// terminal: the test types into the master side as a person would into a terminal, and keeps
+// the slave side open to look at its modes.
+class PtyCli {
+ public:
+  PtyCli() = default;
+  PtyCli(const PtyCli&) = delete;
+  ~PtyCli() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    for (int fd : {master_, slave_}) {
+      if (fd >= 0) ::close(fd);
+    }
+  }
+
+  ::testing::AssertionResult Start(const std::vector<std::string>& cli_args,
+                                   const std::map<std::string, std::string>& env) {
+    winsize size{};
+    size.ws_row = 30;
+    size.ws_col = 100;
+    if (::openpty(&master_, &slave_, nullptr, nullptr, &size) != 0) {
+      return ::testing::AssertionFailure() << "openpty: " << std::strerror(errno);
+    }
+    // Built before the fork: the child of a threaded process must not allocate.
+    std::vector<std::string> args = {AIRLOCK_CLI_PATH};
+    args.insert(args.end(), cli_args.begin(), cli_args.end());
+    std::vector<std::string> env_strings = {"PATH=/usr/bin:/bin"};
+    for (const auto& [key, value] : env) env_strings.push_back(key + "=" + value);
+    std::vector<char*> argv, envp;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    for (auto& e : env_strings) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::setsid();
+      ::ioctl(slave_, TIOCSCTTY, 0);
+      for (int fd : {0, 1, 2}) ::dup2(slave_, fd);
+      ::close(master_);
+      ::close(slave_);
+      ::execve(argv[0], argv.data(), envp.data());
+      ::_exit(127);
+    }
+    if (pid_ < 0) return ::testing::AssertionFailure() << "fork: " << std::strerror(errno);
+    return ::testing::AssertionSuccess();
+  }
+
+  void Type(const std::string& text) {
+    ASSERT_EQ(::write(master_, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  }
+
+  // Reads what the terminal shows until `needle` appears after `from` (true), or the CLI exits
+  // or two minutes pass (false).
+  bool ReadUntil(const std::string& needle, size_t from = 0) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (screen_.find(needle, from) == std::string::npos) {
+      pollfd pfd{master_, POLLIN, 0};
+      if (::poll(&pfd, 1, 100) > 0) {
+        char buf[4096];
+        ssize_t n = ::read(master_, buf, sizeof buf);
+        if (n > 0) screen_.append(buf, static_cast<size_t>(n));
+        continue;
+      }
+      if (Exited() || std::chrono::steady_clock::now() > deadline) return false;
+    }
+    return true;
+  }
+
+  // The CLI's exit code once it has ended (-1 if a signal ended it, or it had to be killed
+  // after two minutes).
+  int Wait() {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (!Exited() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (!Exited()) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, &status_, 0);
+      pid_ = -1;
+      return -1;
+    }
+    return WIFEXITED(status_) ? WEXITSTATUS(status_) : -1;
+  }
+
+  void Signal(int signo) { ::kill(pid_, signo); }
+
+  // The terminal's local modes (ICANON, ECHO, ...).
+  tcflag_t LocalModes() const {
+    termios t{};
+    return ::tcgetattr(slave_, &t) == 0 ? t.c_lflag : 0;
+  }
+  const std::string& screen() const { return screen_; }
+
+ private:
+  bool Exited() {
+    if (pid_ > 0 && ::waitpid(pid_, &status_, WNOHANG) == pid_) pid_ = -1;
+    return pid_ <= 0;
+  }
+
+  int master_ = -1, slave_ = -1;
+  pid_t pid_ = -1;
+  int status_ = -1;
+  std::string screen_;
+};
+
+TEST_F(CliTest, ExecItRunsOnATerminal) {
+  const std::string id = CliCreate();
+  ASSERT_FALSE(id.empty());
+  PtyCli cli;
+  ASSERT_TRUE(cli.Start({"exec", "-it", id, "--", "bash", "--norc", "--noprofile"}, Env()));
+  // Only the shell's answer holds "42" (the echo of what was typed shows "$((40+2))").
+  cli.Type("echo $((40+2))\n");
+  ASSERT_TRUE(cli.ReadUntil("42\r\n")) << cli.screen();
+  // The session is under way: this terminal is raw (no line editing or echo of its own).
+  EXPECT_EQ(cli.LocalModes() & (ICANON | ECHO), 0u) << "not in raw mode";
+  // The remote terminal has this one's size, and the exit code comes through.
+  const size_t mark = cli.screen().size();
+  cli.Type("stty size; exit 5\n");
+  EXPECT_TRUE(cli.ReadUntil("30 100\r\n", mark)) << cli.screen();
+  EXPECT_EQ(cli.Wait(), 5) << cli.screen();
+  // The terminal is as it was.
+  EXPECT_EQ(cli.LocalModes() & (ICANON | ECHO), static_cast<tcflag_t>(ICANON | ECHO));
+}
+
+TEST_F(CliTest, ExecItRestoresTheTerminalOnSigterm) {
+  const std::string id = CliCreate();
+  ASSERT_FALSE(id.empty());
+  PtyCli cli;
+  ASSERT_TRUE(cli.Start({"exec", "-it", id, "--", "sh", "-c", "echo ready; exec sleep 304"}, Env()));
+  ASSERT_TRUE(cli.ReadUntil("ready\r\n")) << cli.screen();
+  ASSERT_EQ(cli.LocalModes() & (ICANON | ECHO), 0u) << "not in raw mode";
+  ASSERT_EQ(Cli({"exec", id, "--", "pgrep", "-f", "sleep [3]04"}).exit_code(), 0)
+      << "positive control: the command runs";
+  cli.Signal(SIGTERM);
+  EXPECT_EQ(cli.Wait(), 128 + SIGTERM) << cli.screen();
+  EXPECT_EQ(cli.LocalModes() & (ICANON | ECHO), static_cast<tcflag_t>(ICANON | ECHO));
+  // Leaving the session ended the command.
+  bool gone = false;
+  for (int i = 0; i < 600 && !gone; ++i) {
+    gone = Cli({"exec", id, "--", "pgrep", "-f", "sleep [3]04"}).exit_code() == 1;
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(gone) << "the command outlived the CLI";
+}
+
+TEST_F(CliTest, AttachOnATerminalAndDetachWithCtrlBracket) {
+  const std::string id = CliCreate();
+  ASSERT_FALSE(id.empty());
+  ProcessResult started =
+      Cli({"exec", "-dit", id, "--", "bash", "--norc", "--noprofile"});  // a shell for later
+  ASSERT_EQ(started.exit_code(), 0) << started.err;
+  const std::string pid = started.out.substr(0, started.out.size() - 1);
+  ASSERT_FALSE(pid.empty());
+  PtyCli cli;
+  ASSERT_TRUE(cli.Start({"attach", id, pid}, Env()));
+  cli.Type("echo $((40+2))\n");
+  ASSERT_TRUE(cli.ReadUntil("42\r\n")) << cli.screen();
+  EXPECT_EQ(cli.LocalModes() & (ICANON | ECHO), 0u) << "not in raw mode";
+  // Attaching gave the remote terminal this one's size.
+  const size_t mark = cli.screen().size();
+  cli.Type("stty size\n");
+  EXPECT_TRUE(cli.ReadUntil("30 100\r\n", mark)) << cli.screen();
+  cli.Type("\x1d");  // Ctrl-]
+  EXPECT_EQ(cli.Wait(), 0) << cli.screen();
+  EXPECT_EQ(cli.LocalModes() & (ICANON | ECHO), static_cast<tcflag_t>(ICANON | ECHO));
+  // Detached, not ended: the shell still runs, and still answers.
+  ProcessResult ps = Cli({"--json", "ps", id});
+  EXPECT_EQ(PsEntry(ps, std::stoll(pid)).value("state", ""), "running") << ps.out;
+  PtyCli again;
+  ASSERT_TRUE(again.Start({"attach", "--no-replay", id, pid}, Env()));
+  again.Type("exit 9\n");
+  EXPECT_EQ(again.Wait(), 9) << again.screen();
 }
 
 }  // namespace

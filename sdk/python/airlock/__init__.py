@@ -3,6 +3,9 @@
     from airlock import Sandbox
     with Sandbox.create(template="base", ttl_seconds=600) as sbx:
         print(sbx.exec("python3 -c 'print(6*7)'").stdout)
+        server = sbx.processes.start("python3 -m http.server 8000")   # runs on in the background
+        with sbx.terminal("bash") as t:                                # an interactive terminal
+            t.send("echo $((6*7))\n"); t.read_until("42")
 """
 
 from ._http import Client
@@ -16,6 +19,7 @@ from .errors import (
     Timeout,
 )
 from .files import FileEntry, Files, UnsafeArchive
+from .processes import ExitStatus, Process, Processes, ProcessOutput, Terminal
 from .sandbox import ExecResult, Sandbox
 
 __version__ = "0.1.0"
@@ -26,12 +30,17 @@ __all__ = [
     "Client",
     "ConflictError",
     "ExecResult",
+    "ExitStatus",
     "FileEntry",
     "Files",
     "InvalidRequest",
+    "Process",
+    "ProcessOutput",
+    "Processes",
     "Sandbox",
     "SandboxNotFound",
     "ServerError",
+    "Terminal",
     "Timeout",
     "UnsafeArchive",
     "__version__",

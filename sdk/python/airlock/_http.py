@@ -170,32 +170,89 @@ class Client:
         raise AssertionError("unreachable")  # the loop returns or raises
 
     def stream_lines(
-        self, method: str, path: str, json_body: Any, timeout: Optional[float] = None
+        self, method: str, path: str, json_body: Any = None, timeout: Optional[float] = None,
+        query: Query = None, deadline: Optional[float] = None,
     ) -> Iterator[bytes]:
         """Sends one request whose answer is streamed (NDJSON) and yields its lines as they
-        arrive. An error status raises like request(); never retried (it is a POST)."""
+        arrive. An error status raises like request(); never retried.
+
+        `timeout` is the socket timeout (default the client's). With `deadline` (a
+        time.monotonic() value, float("inf") for none), reads wait until then however long the
+        stream is quiet, and Timeout is raised past it."""
         timeout = timeout or self.timeout
         target = self._prefix + path
-        headers = {"Accept": "application/x-ndjson", "Content-Type": "application/json"}
+        if query:
+            target += "?" + urllib.parse.urlencode(query, quote_via=urllib.parse.quote)
+        headers = {"Accept": "application/x-ndjson"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
+        payload: Optional[bytes] = None
+        if json_body is not None:
+            payload = json.dumps(json_body).encode("utf-8")
+            headers["Content-Type"] = "application/json"
         conn = self._connection(timeout)
         try:
             with self._transport_errors(method, target, timeout):
-                conn.request(method, target, body=json.dumps(json_body).encode("utf-8"),
-                             headers=headers)
+                conn.request(method, target, body=payload, headers=headers)
+                sock = conn.sock  # getresponse() may drop conn.sock; the response reads from it
                 raw = conn.getresponse()
                 if raw.status >= 400:
                     body = raw.read()
                     raise self._error(
                         Response(raw.status, {k.lower(): v for k, v in raw.getheaders()}, body))
-                while True:
-                    line = raw.readline()
-                    if not line:
-                        return
-                    yield line
+            while True:
+                if deadline is not None and sock is not None:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise Timeout(f"{method} {target}: the stream did not end in time")
+                    sock.settimeout(None if remaining == float("inf") else remaining)
+                try:
+                    with self._transport_errors(method, target, timeout):
+                        line = raw.readline()
+                except Timeout as e:
+                    if deadline is not None:
+                        raise Timeout(f"{method} {target}: the stream did not end in time") from e
+                    raise
+                if not line:
+                    return
+                yield line
         finally:
             conn.close()  # closing early (a consumer that stops) ends the command
+
+    def websocket(self, path: str, query: Query = None, timeout: Optional[float] = None) -> Any:
+        """Opens a WebSocket to `path` (the API key in the upgrade's Authorization header) and
+        returns the connected _websocket.WebSocket. An error answer to the upgrade raises like
+        request(); `timeout` bounds the connect, the handshake and each blocked send."""
+        from . import _websocket
+
+        timeout = timeout or self.timeout
+        target = self._prefix + path
+        if query:
+            target += "?" + urllib.parse.urlencode(query, quote_via=urllib.parse.quote)
+        headers = {}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        default_port = 443 if self._scheme == "https" else 80
+        if self._port != default_port:
+            host += f":{self._port}"
+        with self._transport_errors("GET", target, timeout):
+            sock = socket.create_connection((self._host, self._port), timeout=timeout)
+            if self._scheme == "https":
+                import ssl
+
+                try:
+                    sock = ssl.create_default_context().wrap_socket(
+                        sock, server_hostname=self._host)
+                except BaseException:
+                    sock.close()
+                    raise
+            try:
+                return _websocket.handshake(sock, host, target, headers, timeout)
+            except _websocket.HandshakeRefused as e:
+                raise self._error(Response(e.status, e.headers, e.body)) from None
+            except _websocket.WebSocketError as e:
+                raise ServerError(f"GET {target}: the WebSocket upgrade failed: {e}") from e
 
     def _connection(self, timeout: float) -> http.client.HTTPConnection:
         conn_class = (

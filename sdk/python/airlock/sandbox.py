@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import binascii
 import codecs
 import json
 from dataclasses import dataclass, field
@@ -13,21 +12,45 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Type,
 from ._http import Client
 from .errors import AirlockError, SandboxNotFound, ServerError, error_for_code
 from .files import Files
+from .processes import Processes, Terminal
+from .processes import decode_data as _decode
 
 # Seconds the client waits beyond a command's own timeout before giving up on the answer.
 _EXEC_GRACE_SECONDS = 30.0
 _SERVER_DEFAULT_EXEC_TIMEOUT = 300.0
 
 
-def _decode(value: Optional[str], encoding: Optional[str]) -> bytes:
-    if not value:
-        return b""
-    if encoding == "base64":
-        try:
-            return base64.b64decode(value, validate=True)
-        except (binascii.Error, ValueError) as e:
-            raise AirlockError(f"the daemon sent invalid base64 output: {e}") from e
-    return value.encode("utf-8")
+def exec_body(
+    cmd: Union[str, Sequence[str]],
+    cwd: Optional[str] = None,
+    env: Optional[Mapping[str, str]] = None,
+    user: Optional[str] = None,
+    timeout_seconds: Optional[float] = None,
+    stdin: Union[bytes, str, None] = None,
+) -> Dict[str, Any]:
+    """The exec request's fields: a str is a shell line (`cmd`), a list an `argv`."""
+    body: Dict[str, Any] = {}
+    if isinstance(cmd, str):
+        body["cmd"] = cmd
+    elif isinstance(cmd, (bytes, bytearray)):
+        raise TypeError("a command is a str (shell line) or a list of str (argv), not bytes")
+    else:
+        body["argv"] = list(cmd)
+    if cwd is not None:
+        body["cwd"] = cwd
+    if env is not None:
+        body["env"] = dict(env)
+    if stdin is not None:
+        if isinstance(stdin, str):
+            body["stdin"] = stdin
+        else:
+            body["stdin"] = base64.b64encode(bytes(stdin)).decode("ascii")
+            body["stdin_encoding"] = "base64"
+    if timeout_seconds is not None:
+        body["timeout_seconds"] = timeout_seconds
+    if user is not None:
+        body["user"] = user
+    return body
 
 
 @dataclass
@@ -80,6 +103,7 @@ class Sandbox:
         self._info: Dict[str, Any] = dict(info)
         self._id: str = str(info["id"])
         self.files = Files(self)
+        self.processes = Processes(self)
 
     # --- construction ---
 
@@ -255,25 +279,8 @@ class Sandbox:
         the daemon has it (decoded incrementally, so a character split between two pieces is
         not mangled), and the result still carries all of it. An exception raised by a
         callback stops the command."""
-        body: Dict[str, Any] = {}
-        if isinstance(cmd, str):
-            body["cmd"] = cmd
-        else:
-            body["argv"] = list(cmd)
-        if cwd is not None:
-            body["cwd"] = cwd
-        if env is not None:
-            body["env"] = dict(env)
-        if stdin is not None:
-            if isinstance(stdin, str):
-                body["stdin"] = stdin
-            else:
-                body["stdin"] = base64.b64encode(bytes(stdin)).decode("ascii")
-                body["stdin_encoding"] = "base64"
-        if timeout_seconds is not None:
-            body["timeout_seconds"] = timeout_seconds
-        if user is not None:
-            body["user"] = user
+        body = exec_body(cmd, cwd=cwd, env=env, user=user, timeout_seconds=timeout_seconds,
+                         stdin=stdin)
         wait = (timeout_seconds or _SERVER_DEFAULT_EXEC_TIMEOUT) + _EXEC_GRACE_SECONDS
         if on_stdout is not None or on_stderr is not None:
             body["stream"] = True
@@ -327,6 +334,38 @@ class Sandbox:
                 err = event.get("error") or {}
                 raise error_for_code(err.get("code"), err.get("message", "exec failed"))
         raise ServerError("the exec stream ended without an exit event")
+
+    def terminal(
+        self,
+        cmd: Union[str, Sequence[str]] = "bash",
+        *,
+        cols: int = 80,
+        rows: int = 24,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+        timeout: Optional[float] = None,
+    ) -> Terminal:
+        """Runs `cmd` on a new terminal of `cols` x `rows` and returns the interactive session
+        (over the WebSocket GET .../exec/ws) once the command has started (`pid` is set); a
+        command that cannot start raises like exec(). `timeout` (seconds) kills the command
+        after that long; closing the session kills it too.
+
+            with sbx.terminal("bash") as t:
+                t.send("echo $((6*7))\n")
+                t.read_until("42")
+        """
+        body = exec_body(cmd, cwd=cwd, env=env, user=user, timeout_seconds=timeout)
+        body["pty"] = {"cols": int(cols), "rows": int(rows)}
+        ws = self._client.websocket(self._path + "/exec/ws")
+        session = Terminal(ws)
+        try:
+            session._send_json(body)
+            session._wait_started(self._client.timeout)
+        except BaseException:
+            session.close()
+            raise
+        return session
 
     # --- helpers ---
 

@@ -1,4 +1,4 @@
-"""The three examples run as users would run them, against the session's airlockd."""
+"""The examples run as users would run them, against the session's airlockd."""
 
 from __future__ import annotations
 
@@ -64,3 +64,15 @@ def test_hostile(daemon) -> None:
     canary = re.search(r"host canary: (\S+)", out)
     assert canary and not os.path.exists(canary.group(1))  # cleaned up after itself
     assert_no_sandbox_left("example", "hostile")
+
+
+def test_dev_server(daemon) -> None:
+    out = run(daemon, "dev_server.py").stdout
+    assert re.search(r"^started pid \d+: python3 -u -m http\.server 8000 --bind 127\.0\.0\.1$",
+                     out, re.M)
+    assert "  server | Serving HTTP on 127.0.0.1 port 8000" in out
+    assert "  | <h1>hello from inside the sandbox</h1>" in out
+    assert "stopped: state exited, signal 15" in out
+    assert re.search(r'^  \| 127\.0\.0\.1 - - \[.*\] "GET /index\.html HTTP/1\.1" 200 -$', out, re.M)
+    assert out.rstrip().endswith("result: OK")
+    assert_no_sandbox_left("example", "dev_server")

@@ -1,7 +1,6 @@
 #include "daemon/api/types.h"
 
 #include <charconv>
-#include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <utility>
@@ -407,25 +406,6 @@ Result<ExecRequest> ExecRequest::FromJson(std::string_view body) {
   return req;
 }
 
-Result<int> ParseSignal(const json& value, std::string_view field) {
-  const std::string name(field);
-  if (value.is_number_integer()) {
-    const int64_t n = value.get<int64_t>();
-    if (n < 1 || n > 64) return Invalid(name + " must be 1..64, got " + std::to_string(n));
-    return static_cast<int>(n);
-  }
-  if (!value.is_string()) {
-    return Invalid(name + " must be a signal name (\"TERM\") or number, got " + Describe(value));
-  }
-  std::string_view text = value.get_ref<const std::string&>();
-  if (text.starts_with("SIG")) text.remove_prefix(3);
-  for (int sig = 1; sig < 32; ++sig) {
-    const char* abbrev = ::sigabbrev_np(sig);
-    if (abbrev && text == abbrev) return sig;
-  }
-  return Invalid(name + " is not a signal name: " + Quote(value.get<std::string>()));
-}
-
 Result<SignalRequest> SignalRequest::FromJson(std::string_view body) {
   json doc;
   AIRLOCK_TRY_ASSIGN(doc, ParseJsonObject(body));
@@ -567,6 +547,98 @@ bool ListFilter::Matches(std::string_view sandbox_state, const Metadata& sandbox
     if (it == sandbox_metadata.end() || it->second != value) return false;
   }
   return true;
+}
+
+namespace {
+
+// Linux's standard signals by name (signal(7)); the real-time ones go by number.
+constexpr std::pair<std::string_view, int> kSignalNames[] = {
+    {"HUP", 1},    {"INT", 2},     {"QUIT", 3},   {"ILL", 4},     {"TRAP", 5},   {"ABRT", 6},
+    {"IOT", 6},    {"BUS", 7},     {"FPE", 8},    {"KILL", 9},    {"USR1", 10},  {"SEGV", 11},
+    {"USR2", 12},  {"PIPE", 13},   {"ALRM", 14},  {"TERM", 15},   {"STKFLT", 16}, {"CHLD", 17},
+    {"CONT", 18},  {"STOP", 19},   {"TSTP", 20},  {"TTIN", 21},   {"TTOU", 22},  {"URG", 23},
+    {"XCPU", 24},  {"XFSZ", 25},   {"VTALRM", 26}, {"PROF", 27},  {"WINCH", 28}, {"IO", 29},
+    {"POLL", 29},  {"PWR", 30},    {"SYS", 31},
+};
+constexpr int kMaxSignal = 64;
+
+}  // namespace
+
+Result<int> ParseSignal(const json& value, std::string_view field) {
+  const std::string rule = std::string(field) +
+                           " must be a name like \"TERM\" or \"SIGINT\", or a number 1-64, got ";
+  if (value.is_number_integer()) {
+    // GetInt refuses integers past 64 bits too, with a message naming the range.
+    int64_t n = 0;
+    AIRLOCK_TRY_ASSIGN(n, GetInt(value, field, 1, kMaxSignal));
+    return static_cast<int>(n);
+  }
+  if (!value.is_string()) return Invalid(rule + Describe(value));
+  const std::string& text = value.get_ref<const std::string&>();
+  if (text.size() <= 16) {  // "SIGVTALRM" is the longest name
+    std::string name;
+    for (char c : text) name += static_cast<char>(IsLower(c) ? c - 'a' + 'A' : c);
+    std::string_view bare = name;
+    if (bare.starts_with("SIG")) bare.remove_prefix(3);
+    for (const auto& [known, number] : kSignalNames) {
+      if (bare == known) return number;
+    }
+  }
+  return Invalid(rule + Quote(text));
+}
+
+Result<WsClientMessage> WsClientMessage::FromJson(std::string_view text) {
+  if (text.size() > kMaxWsMessageBytes) {
+    return Fail(ErrorCode::kTooLarge, "message over " + std::to_string(kMaxWsMessageBytes) +
+                                          " bytes");
+  }
+  json doc;
+  AIRLOCK_TRY_ASSIGN(doc, ParseJsonObject(text));
+  if (!doc.contains("type")) {
+    return Invalid("message has no type; one of stdin, stdin_close, signal, resize");
+  }
+  std::string type;
+  AIRLOCK_TRY_ASSIGN(type, GetString(doc["type"], "type", 16, false));
+  WsClientMessage msg;
+  if (type == "stdin") {
+    AIRLOCK_TRY(RejectUnknownFields(doc, "stdin message", {"type", "data", "encoding"}));
+    if (!doc.contains("data")) return Invalid("stdin message has no data");
+    std::string encoding = "utf-8";
+    if (doc.contains("encoding")) {
+      AIRLOCK_TRY_ASSIGN(encoding, GetString(doc["encoding"], "encoding", 16, false));
+      if (encoding != "utf-8" && encoding != "base64") {
+        return Invalid("encoding must be \"utf-8\" or \"base64\", got " + Quote(encoding));
+      }
+    }
+    AIRLOCK_TRY_ASSIGN(msg.data, GetString(doc["data"], "data", kMaxWsMessageBytes, true));
+    if (encoding == "base64") {
+      auto decoded = Base64Decode(msg.data);
+      if (!decoded) return std::unexpected(std::move(decoded.error()).Wrap("data"));
+      msg.data = std::move(*decoded);
+    }
+    msg.type = Type::kStdin;
+  } else if (type == "stdin_close") {
+    AIRLOCK_TRY(RejectUnknownFields(doc, "stdin_close message", {"type"}));
+    msg.type = Type::kStdinClose;
+  } else if (type == "signal") {
+    AIRLOCK_TRY(RejectUnknownFields(doc, "signal message", {"type", "signal"}));
+    if (!doc.contains("signal")) return Invalid("signal message has no signal");
+    AIRLOCK_TRY_ASSIGN(msg.signal, ParseSignal(doc["signal"]));
+    msg.type = Type::kSignal;
+  } else if (type == "resize") {
+    AIRLOCK_TRY(RejectUnknownFields(doc, "resize message", {"type", "cols", "rows"}));
+    for (auto [name, field] : {std::pair{"cols", &msg.cols}, std::pair{"rows", &msg.rows}}) {
+      if (!doc.contains(name)) return Invalid(std::string("resize message has no ") + name);
+      int64_t n = 0;
+      AIRLOCK_TRY_ASSIGN(n, GetInt(doc[name], name, 1, 1000));
+      *field = static_cast<uint16_t>(n);
+    }
+    msg.type = Type::kResize;
+  } else {
+    return Invalid("unknown message type " + Quote(type) +
+                   "; one of stdin, stdin_close, signal, resize");
+  }
+  return msg;
 }
 
 }  // namespace airlock::api

@@ -9,12 +9,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "common/error.h"
 #include "daemon/api/query.h"
@@ -126,8 +125,9 @@ struct ExecRequest {
   [[nodiscard]] static Result<ExecRequest> FromJson(std::string_view body);
 };
 
-// A signal as the API takes it: a name with or without "SIG" ("TERM", "SIGINT"; upper case)
-// or a number 1..64. `field` names it in errors.
+// A signal as the API takes it (processes/{pid}/signal, the WebSocket "signal" message): a
+// name with or without "SIG", in any case ("TERM", "SIGINT", "sigterm"), or a JSON integer
+// 1..64. `field` names it in errors.
 [[nodiscard]] Result<int> ParseSignal(const nlohmann::json& value,
                                       std::string_view field = "signal");
 
@@ -190,6 +190,28 @@ struct ListFilter {
 
   [[nodiscard]] static Result<ListFilter> FromQuery(const QueryParams& params);
   bool Matches(std::string_view sandbox_state, const Metadata& sandbox_metadata) const;
+};
+
+// The largest message a WebSocket client may send (text or binary); the server closes the
+// session (1009) past it.
+inline constexpr size_t kMaxWsMessageBytes = 1u << 20;
+
+// One text message from a WebSocket client (exec/ws after its first message, processes/{pid}/ws;
+// docs/design/processes.md). A binary message is raw stdin and needs no parsing.
+//   {"type": "stdin", "data": "...", "encoding": "utf-8" | "base64"}   encoding defaults to utf-8
+//   {"type": "stdin_close"}
+//   {"type": "signal", "signal": "INT"}                                 see ParseSignal
+//   {"type": "resize", "cols": 120, "rows": 40}                         each 1..1000
+// Unknown types and fields are refused: a client that sends what the server does not understand
+// is told so instead of being silently half-served.
+struct WsClientMessage {
+  enum class Type { kStdin, kStdinClose, kSignal, kResize };
+  Type type = Type::kStdin;
+  std::string data;  // kStdin: the bytes (decoded from base64 when sent so)
+  int signal = 0;    // kSignal: 1..64
+  uint16_t cols = 0, rows = 0;  // kResize: 1..1000 each
+
+  [[nodiscard]] static Result<WsClientMessage> FromJson(std::string_view text);
 };
 
 // Rules shared with the HTTP layer (kInvalidArgument naming `what`).

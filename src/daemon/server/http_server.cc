@@ -13,6 +13,7 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
 #include <chrono>
 #include <thread>
 #include <type_traits>
@@ -22,6 +23,8 @@
 #include "common/log.h"
 #include "daemon/api/json.h"
 #include "daemon/api/render.h"
+#include "daemon/api/types.h"
+#include "daemon/server/ws_session.h"
 
 namespace airlock::daemon {
 namespace {
@@ -29,6 +32,7 @@ namespace {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
+namespace websocket = beast::websocket;
 using tcp = asio::ip::tcp;
 using boost::system::error_code;
 
@@ -146,6 +150,13 @@ struct HttpServer::Impl {
       http::request<http::string_body> req = parser.release();
       HttpRequest request{std::string(req.method_string()), std::string(req.target()),
                           std::string(req[http::field::authorization]), std::move(req.body())};
+      request.websocket = websocket::is_upgrade(req);
+      if (IsWebSocketPath(request.target.substr(0, request.target.find('?')))) {
+        // The connection is the WebSocket's from here (or closes after a refusal).
+        co_await WebSocket(server, stream, req, request);
+        --server.in_flight_;
+        co_return;
+      }
       Router& router = server.router_;
       auto handle = [&router, &request] { return router.Handle(request); };
       HttpReply reply = co_await OnPool(server.pool_, handle);
@@ -197,6 +208,159 @@ struct HttpServer::Impl {
       }
       co_await asio::async_write(stream, http::make_chunk(asio::buffer(*piece)),
                                  asio::redirect_error(asio::use_awaitable, ec));
+    }
+  }
+
+  // One WebSocket session (ws_session.h), on its connection's strand: the writer below sends
+  // each event Next() returns; WsReader, beside it, hands each client message to Input(). All
+  // writes (events, the error event, the close) are the writer's, so they never overlap; the
+  // reader reports to it through `WsConn`.
+  //
+  // Next() blocks for up to a second at a time for as long as the session lasts (an idle
+  // terminal, for hours), so it runs on a thread of the session's own, not on the shared worker
+  // pool: a few open terminals must not hold up every REST request. Input(), Upgrade and the
+  // drop are short and use the pool.
+  struct WsConn {
+    WsConn(beast::tcp_stream&& stream, std::unique_ptr<WsSession> s)
+        : ws(std::move(stream)), session(std::move(s)), reader_finished(ws.get_executor()) {}
+    websocket::stream<beast::tcp_stream> ws;
+    std::unique_ptr<WsSession> session;
+    bool reader_done = false;          // the client closed, went away, or sent a bad message
+    std::optional<Error> input_error;  // Input refused a message: send it, close
+    asio::steady_timer reader_finished;  // cancelled when the reader has returned
+  };
+
+  static asio::awaitable<void> WebSocket(HttpServer& server, beast::tcp_stream& stream,
+                                         http::request<http::string_body>& req,
+                                         const HttpRequest& request) {
+    Router& router = server.router_;
+    auto upgrade = [&router, &request] { return router.Upgrade(request); };
+    auto made = co_await OnPool(server.pool_, upgrade);
+    error_code ec;
+    if (!made) {
+      auto res = MakeResponse(std::move(made.error()), req.version(), /*keep_alive=*/false);
+      stream.expires_after(kWriteTimeout);
+      co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
+      stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+      co_return;
+    }
+    if (++server.websockets_ > kMaxWebSockets) {
+      --server.websockets_;
+      auto drop = [&made] {
+        made->reset();
+        return true;
+      };
+      co_await OnPool(server.pool_, drop);
+      auto res = MakeResponse(
+          ErrorReply(ErrorCode::kUnavailable, "too many open WebSocket sessions (" +
+                                                  std::to_string(kMaxWebSockets) +
+                                                  "); try again when some have closed"),
+          req.version(), /*keep_alive=*/false);
+      stream.expires_after(kWriteTimeout);
+      co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
+      stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+      co_return;
+    }
+    auto conn = std::make_shared<WsConn>(std::move(stream), std::move(*made));
+    auto& ws = conn->ws;
+    // The WebSocket stream keeps its own timeouts: pings when idle, and the connection is
+    // dropped when the client answers nothing for the idle timeout (a client that vanished
+    // without closing its socket). A close handshake gets 10 s, not 30, so shutdown is brisk.
+    beast::get_lowest_layer(ws).expires_never();
+    auto timeouts = websocket::stream_base::timeout::suggested(beast::role_type::server);
+    timeouts.handshake_timeout = std::chrono::seconds(10);
+    ws.set_option(timeouts);
+    ws.set_option(websocket::stream_base::decorator(
+        [](websocket::response_type& res) { res.set(http::field::server, "airlockd"); }));
+    ws.read_message_max(api::kMaxWsMessageBytes);
+    co_await ws.async_accept(req, asio::redirect_error(asio::use_awaitable, ec));
+    if (!ec) {
+      asio::co_spawn(ws.get_executor(), WsReader(server, conn), [conn](std::exception_ptr) {
+        conn->reader_done = true;
+        conn->reader_finished.cancel();
+      });
+      asio::thread_pool events(1);  // runs Next(); idle (and so joined at once) after the writer
+      if (!co_await WsWriter(server, *conn, events)) {
+        // The connection failed under the writer: make sure the reader's read fails too.
+        beast::get_lowest_layer(ws).socket().close(ec);
+      }
+      if (!conn->reader_done) {
+        // The close (or the socket's end) completes the reader's pending read; an Input under
+        // way on the pool finishes first.
+        conn->reader_finished.expires_at(asio::steady_timer::time_point::max());
+        co_await conn->reader_finished.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      }
+    }
+    // Dropping the session may talk to the agent (detach, close channels): on the pool. An
+    // exec/ws command is killed here, as a streaming exec's is when its client goes.
+    auto drop = [&conn] {
+      conn->session.reset();
+      return true;
+    };
+    co_await OnPool(server.pool_, drop);
+    --server.websockets_;
+  }
+
+  // Sends events until the session or the connection ends; false if a write or the close
+  // failed.
+  static asio::awaitable<bool> WsWriter(HttpServer& server, WsConn& conn,
+                                        asio::thread_pool& events) {
+    auto& ws = conn.ws;
+    WsSession* session = conn.session.get();
+    auto next = [session] { return session->Next(); };
+    error_code ec;
+    websocket::close_code close_code = websocket::close_code::normal;
+    // reader_done: the client has gone, or its close was answered; input_error: see below.
+    while (!conn.reader_done && !conn.input_error) {
+      if (server.stopping_) {
+        close_code = websocket::close_code::going_away;
+        break;
+      }
+      std::optional<std::string> event = co_await OnPool(events, next);
+      if (conn.reader_done || conn.input_error) break;
+      if (!event) break;            // the last event was sent: close normally
+      if (event->empty()) continue;  // nothing yet
+      ws.text(true);
+      co_await ws.async_write(asio::buffer(*event), asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) co_return false;
+    }
+    if (conn.input_error) {
+      // A bad message from the client (1008), or a failure acting on a good one (1011).
+      const ErrorCode code = conn.input_error->code();
+      close_code = code == ErrorCode::kInvalidArgument || code == ErrorCode::kTooLarge ||
+                           code == ErrorCode::kFailedPrecondition
+                       ? websocket::close_code::policy_error
+                       : websocket::close_code::internal_error;
+      const std::string event = ErrorEventMessage(*conn.input_error);
+      ws.text(true);
+      co_await ws.async_write(asio::buffer(event), asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) co_return false;
+    }
+    if (ws.is_open()) {
+      co_await ws.async_close(close_code, asio::redirect_error(asio::use_awaitable, ec));
+    }
+    co_return !ec;
+  }
+
+  static asio::awaitable<void> WsReader(HttpServer& server, std::shared_ptr<WsConn> conn) {
+    auto& ws = conn->ws;
+    WsSession* session = conn->session.get();
+    beast::flat_buffer buffer;
+    error_code ec;
+    while (true) {
+      buffer.consume(buffer.size());
+      // Ends with an error when the client closes (its close frame is answered here), goes
+      // away, times out, or sends a message over the cap (closed with 1009).
+      co_await ws.async_read(buffer, asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) co_return;
+      std::string message = beast::buffers_to_string(buffer.data());
+      const bool binary = ws.got_binary();
+      auto input = [session, &message, binary] { return session->Input(message, binary); };
+      Status st = co_await OnPool(server.pool_, input);
+      if (!st) {
+        conn->input_error = std::move(st.error());
+        co_return;
+      }
     }
   }
 

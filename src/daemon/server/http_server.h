@@ -2,7 +2,9 @@
 // HttpServer: airlockd's HTTP/1.1 listener on Boost.Beast with Asio C++20 coroutines. A few IO
 // threads run the sockets; every request is handled by the Router on a separate worker pool, so
 // no IO thread ever waits on SQLite, the engine or an agent. Keep-alive; header and body caps
-// (413 past api::kMaxJsonBodyBytes); idle connections time out.
+// (413 past api::kMaxJsonBodyBytes); idle connections time out. The two WebSocket routes
+// (ws_session.h) upgrade; each open session has a thread of its own for its events, and at most
+// kMaxWebSockets are open at once (503 past that).
 
 #include <atomic>
 #include <boost/asio/io_context.hpp>
@@ -18,6 +20,8 @@
 #include "daemon/server/router.h"
 
 namespace airlock::daemon {
+
+inline constexpr int64_t kMaxWebSockets = 256;
 
 struct HttpServerOptions {
   boost::asio::ip::address address;
@@ -51,6 +55,7 @@ class HttpServer {
   uint16_t port_ = 0;
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> in_flight_{0};
+  std::atomic<int64_t> websockets_{0};  // open WebSocket sessions (each has a thread)
 
   struct Impl;  // the coroutines (http_server.cc)
 };

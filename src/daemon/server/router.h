@@ -3,7 +3,9 @@
 // nothing of sockets (http_server.cc does); it authenticates, validates with api/types.h, hands
 // the typed request to the Controller and renders the answer with api/render.h.
 
+#include <expected>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -20,6 +22,7 @@ struct HttpRequest {
   std::string target;         // "/v1/sandboxes?state=running"
   std::string authorization;  // the Authorization header, "" if absent
   std::string body;
+  bool websocket = false;     // asks to upgrade to WebSocket (RFC 6455)
 };
 
 struct HttpReply {
@@ -37,6 +40,8 @@ struct HttpReply {
 // take raw bytes up to their caps, everything else JSON.
 uint64_t BodyLimit(std::string_view method, std::string_view target);
 
+class WsSession;  // ws_session.h
+
 class Router {
  public:
   // `auth_required` false is --no-auth (loopback only; main checks that).
@@ -45,6 +50,11 @@ class Router {
 
   // Blocks (store, engine, agent): call on the worker pool. Thread-safe.
   HttpReply Handle(const HttpRequest& request);
+  // A request on a WebSocket route (IsWebSocketPath): checks the key, the method, the ids and
+  // that it asks for the upgrade, then makes the session (processes/{pid}/ws attaches at once,
+  // so an unknown pid is a 404 here); otherwise the HTTP reply to answer instead. Blocks: call
+  // on the worker pool. Thread-safe. Defined in ws_session.cc.
+  std::expected<std::unique_ptr<WsSession>, HttpReply> Upgrade(const HttpRequest& request);
 
  private:
   bool Authenticated(std::string_view authorization);

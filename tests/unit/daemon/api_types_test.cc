@@ -718,5 +718,104 @@ TEST(ValidatePathTest, Rules) {
   EXPECT_FALSE(ValidatePath(std::string(4097, 'a'), "path").has_value());
 }
 
+// ---------------------------------------------------------------------------------------------
+// Signals and WebSocket client messages.
+
+TEST(ParseSignalTest, NamesWithOrWithoutSigInAnyCaseAndNumbers) {
+  EXPECT_EQ(ParseSignal(json("TERM")), 15);
+  EXPECT_EQ(ParseSignal(json("SIGTERM")), 15);
+  EXPECT_EQ(ParseSignal(json("int")), 2);
+  EXPECT_EQ(ParseSignal(json("SigKill")), 9);
+  EXPECT_EQ(ParseSignal(json("HUP")), 1);
+  EXPECT_EQ(ParseSignal(json("WINCH")), 28);
+  EXPECT_EQ(ParseSignal(json("SIGVTALRM")), 26);
+  EXPECT_EQ(ParseSignal(json("USR2")), 12);
+  EXPECT_EQ(ParseSignal(json(1)), 1);
+  EXPECT_EQ(ParseSignal(json(9)), 9);
+  EXPECT_EQ(ParseSignal(json(64)), 64);
+}
+
+TEST(ParseSignalTest, RefusesWhatIsNotASignal) {
+  const json bad[] = {json(0),          json(65),        json(-9),         json(1.5),
+                      json(9.0),        json("9"),       json(""),         json("SIG"),
+                      json("TERMX"),    json("SIGSIGTERM"), json(" TERM"), json("KILL\0"s),
+                      json(std::string(100, 'A')), json(nullptr), json(true), json::array({9}),
+                      json::object(),   json(18446744073709551615ull)};
+  for (const json& value : bad) {
+    auto r = ParseSignal(value);
+    ASSERT_FALSE(r.has_value()) << value.dump() << " -> " << *r;
+    EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(r.error().message().find("signal"), std::string::npos) << r.error().message();
+  }
+}
+
+TEST(WsClientMessageTest, ParsesEveryType) {
+  auto stdin_text = WsClientMessage::FromJson(R"({"type": "stdin", "data": "ls\n"})");
+  ASSERT_TRUE(stdin_text.has_value()) << stdin_text.error().message();
+  EXPECT_EQ(stdin_text->type, WsClientMessage::Type::kStdin);
+  EXPECT_EQ(stdin_text->data, "ls\n");
+
+  auto stdin_binary = WsClientMessage::FromJson(
+      R"({"type": "stdin", "data": "AP8K", "encoding": "base64"})");
+  ASSERT_TRUE(stdin_binary.has_value()) << stdin_binary.error().message();
+  EXPECT_EQ(stdin_binary->data, "\x00\xff\n"s);
+
+  auto nul = WsClientMessage::FromJson(R"({"type": "stdin", "data": "a\u0000b", "encoding": "utf-8"})");
+  ASSERT_TRUE(nul.has_value()) << nul.error().message();
+  EXPECT_EQ(nul->data, "a\0b"s);
+
+  auto close = WsClientMessage::FromJson(R"({"type": "stdin_close"})");
+  ASSERT_TRUE(close.has_value());
+  EXPECT_EQ(close->type, WsClientMessage::Type::kStdinClose);
+
+  auto signal = WsClientMessage::FromJson(R"({"type": "signal", "signal": "SIGINT"})");
+  ASSERT_TRUE(signal.has_value());
+  EXPECT_EQ(signal->type, WsClientMessage::Type::kSignal);
+  EXPECT_EQ(signal->signal, 2);
+
+  auto resize = WsClientMessage::FromJson(R"({"type": "resize", "cols": 1000, "rows": 1})");
+  ASSERT_TRUE(resize.has_value());
+  EXPECT_EQ(resize->type, WsClientMessage::Type::kResize);
+  EXPECT_EQ(resize->cols, 1000);
+  EXPECT_EQ(resize->rows, 1);
+}
+
+TEST(WsClientMessageTest, RefusesBadMessagesNamingTheProblem) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"", "empty"},
+      {"not json", "not valid JSON"},
+      {"[]", "must be a JSON object"},
+      {"{}", "no type"},
+      {R"({"type": 1})", "type must be a string"},
+      {R"({"type": "exec"})", "unknown message type \"exec\""},
+      {R"({"type": "stdin"})", "no data"},
+      {R"({"type": "stdin", "data": 5})", "data must be a string"},
+      {R"({"type": "stdin", "data": "x", "encoding": "hex"})", "encoding must be"},
+      {R"({"type": "stdin", "data": "a$==", "encoding": "base64"})", "data: invalid base64"},
+      {R"({"type": "stdin", "data": "x", "close": true})", "unknown field \"close\""},
+      {R"({"type": "stdin_close", "data": "x"})", "unknown field \"data\""},
+      {R"({"type": "signal"})", "no signal"},
+      {R"({"type": "signal", "signal": "BOGUS"})", "signal must be a name"},
+      {R"({"type": "signal", "signal": 0})", "signal must be an integer in [1, 64]"},
+      {R"({"type": "resize", "cols": 80})", "no rows"},
+      {R"({"type": "resize", "cols": 0, "rows": 24})", "cols must be an integer in [1, 1000]"},
+      {R"({"type": "resize", "cols": 80, "rows": 1001})", "rows must be an integer in [1, 1000]"},
+      {R"({"type": "resize", "cols": 80.5, "rows": 24})", "cols must be an integer"},
+      {R"({"type": "resize", "cols": 80, "rows": 24, "x": 0})", "unknown field \"x\""},
+      {R"({"type": "stdin", "type": "stdin", "data": ""})", "duplicate key"},
+  };
+  for (const auto& [text, expected] : cases) {
+    auto r = WsClientMessage::FromJson(text);
+    ASSERT_FALSE(r.has_value()) << text;
+    EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument) << text;
+    EXPECT_NE(r.error().message().find(expected), std::string::npos)
+        << text << " -> " << r.error().message();
+  }
+  auto huge = WsClientMessage::FromJson(R"({"type": "stdin", "data": ")" +
+                                        std::string(kMaxWsMessageBytes, 'a') + "\"}");
+  ASSERT_FALSE(huge.has_value());
+  EXPECT_EQ(huge.error().code(), ErrorCode::kTooLarge);
+}
+
 }  // namespace
 }  // namespace airlock::api

@@ -1,0 +1,433 @@
+#include "daemon/server/ws_session.h"
+
+#include <charconv>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <utility>
+#include <vector>
+
+#include "common/ids.h"
+#include "daemon/api/json.h"
+#include "daemon/api/query.h"
+#include "daemon/api/render.h"
+#include "daemon/api/types.h"
+#include "daemon/server/controller.h"
+#include "daemon/server/router.h"
+
+namespace airlock::daemon {
+namespace {
+
+using Refusal = std::unexpected<HttpReply>;
+
+// How long Next() waits for an exec/ws client's first message before returning "", and how
+// long the client has to send it at all (an idle connection must not hold a session forever).
+constexpr auto kFirstMessagePoll = std::chrono::seconds(1);
+constexpr auto kFirstMessageTimeout = std::chrono::seconds(60);
+
+std::vector<std::string_view> SplitPath(std::string_view path) {
+  std::vector<std::string_view> parts;
+  if (path.starts_with('/')) path.remove_prefix(1);
+  while (true) {
+    size_t slash = path.find('/');
+    parts.push_back(path.substr(0, slash));
+    if (slash == std::string_view::npos) break;
+    path.remove_prefix(slash + 1);
+  }
+  return parts;
+}
+
+HttpReply ErrorReply(const Error& error) {
+  api::HttpError e = api::ErrorBody(error);
+  HttpReply reply{static_cast<unsigned>(e.status), std::move(e.body), ""};
+  reply.error_code = std::string(ErrorCodeName(error.code()));
+  return reply;
+}
+
+// An event rendered as an NDJSON line; a WebSocket message carries it without the newline.
+std::string AsMessage(std::string line) {
+  if (line.ends_with('\n')) line.pop_back();
+  return line;
+}
+
+// An ExecStream's events one at a time. A piece from ExecStream::Next may hold several NDJSON
+// lines (what had already arrived is read in one go); a WebSocket message carries one event.
+class EventLines {
+ public:
+  explicit EventLines(std::unique_ptr<ExecStream> stream) : stream_(std::move(stream)) {}
+
+  int32_t pid() const { return stream_->pid(); }
+
+  // As WsSession::Next: one event, "" when nothing came within about a second, nullopt at the
+  // end. Blocks.
+  std::optional<std::string> Next() {
+    if (lines_.empty()) {
+      std::optional<std::string> piece = stream_->Next();
+      if (!piece) return std::nullopt;
+      std::string_view rest = *piece;
+      while (!rest.empty()) {
+        const size_t nl = rest.find('\n');
+        if (nl != 0) lines_.emplace_back(rest.substr(0, nl));
+        if (nl == std::string_view::npos) break;
+        rest.remove_prefix(nl + 1);
+      }
+      if (lines_.empty()) return std::string();
+    }
+    std::string line = std::move(lines_.front());
+    lines_.pop_front();
+    return line;
+  }
+
+ private:
+  std::unique_ptr<ExecStream> stream_;
+  std::deque<std::string> lines_;
+};
+
+// A pid in a path: decimal digits only, 1..2^31-1 (a pid inside the sandbox).
+Result<int32_t> ParsePid(std::string_view text) {
+  int32_t pid = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), pid);
+  const bool digits_only = !text.empty() && text.size() <= 10 && text[0] >= '1' && text[0] <= '9';
+  if (!digits_only || ec != std::errc() || end != text.data() + text.size() || pid < 1) {
+    return Fail(ErrorCode::kInvalidArgument,
+                "pid must be a decimal process id inside the sandbox, got " + api::Quote(text));
+  }
+  return pid;
+}
+
+// processes/{pid}/ws?replay=true|false (default true); nothing else.
+Result<bool> ParseReplay(std::string_view raw_query) {
+  auto params = api::ParseQueryString(raw_query);
+  if (!params) return std::unexpected(params.error());
+  bool replay = true;
+  bool seen = false;
+  for (const auto& [name, value] : *params) {
+    if (name != "replay") {
+      return Fail(ErrorCode::kInvalidArgument,
+                  "unknown query parameter " + api::Quote(name) + "; allowed: replay");
+    }
+    if (seen) return Fail(ErrorCode::kInvalidArgument, "query parameter \"replay\" given twice");
+    seen = true;
+    if (value == "true" || value == "1") {
+      replay = true;
+    } else if (value == "false" || value == "0") {
+      replay = false;
+    } else {
+      return Fail(ErrorCode::kInvalidArgument,
+                  "replay must be true, false, 1 or 0, got " + api::Quote(value));
+    }
+  }
+  return replay;
+}
+
+// The input side of a session: client messages turned into ProcessControl calls. Not
+// thread-safe; the sessions serialize their Inputs.
+class ProcessInput {
+ public:
+  // `control` may be null: the process ended before input could be attached, and input is
+  // dropped (its end reaches the client as the exit event).
+  explicit ProcessInput(std::unique_ptr<ProcessControl> control) : control_(std::move(control)) {}
+
+  Status Deliver(std::string_view message, bool binary) {
+    api::WsClientMessage msg;
+    if (binary) {
+      msg.data = std::string(message);  // type kStdin
+    } else {
+      auto parsed = api::WsClientMessage::FromJson(message);
+      if (!parsed) return std::unexpected(std::move(parsed.error()));
+      msg = std::move(*parsed);
+    }
+    if (!control_) return {};
+    const protocol::Attached& info = control_->info();
+    const std::string what = "process " + std::to_string(info.pid);
+    Status st;
+    switch (msg.type) {
+      case api::WsClientMessage::Type::kStdin:
+        // The client's own mistakes are refused here; the agent's answer below may also come
+        // from the process ending meanwhile, which is not the client's fault.
+        if (stdin_closed_) {
+          return Fail(ErrorCode::kFailedPrecondition,
+                      "stdin of " + what + " was closed by an earlier stdin_close");
+        }
+        if (!info.stdin_open) {
+          return Fail(ErrorCode::kFailedPrecondition,
+                      "stdin of " + what + " is not open (start it with a pty or stdin_open)");
+        }
+        if (msg.data.empty()) return {};
+        st = control_->WriteStdin(msg.data);
+        break;
+      case api::WsClientMessage::Type::kStdinClose:
+        if (stdin_closed_) return {};
+        stdin_closed_ = true;
+        if (!info.stdin_open) return {};
+        st = control_->CloseStdin();
+        break;
+      case api::WsClientMessage::Type::kSignal:
+        st = control_->Signal(msg.signal);
+        break;
+      case api::WsClientMessage::Type::kResize:
+        if (!info.pty) {
+          return Fail(ErrorCode::kFailedPrecondition, "resize: " + what + " has no terminal");
+        }
+        st = control_->Resize(msg.cols, msg.rows);
+        break;
+    }
+    // Gone or no longer taking input: the process ended while the message was on its way. Its
+    // exit event is coming; closing the session for that would lose it.
+    if (!st && (st.error().code() == ErrorCode::kNotFound ||
+                st.error().code() == ErrorCode::kFailedPrecondition)) {
+      return {};
+    }
+    return st;
+  }
+
+ private:
+  std::unique_ptr<ProcessControl> control_;
+  bool stdin_closed_ = false;
+};
+
+// exec/ws: the first client message is the exec request; the command starts then, with stdin
+// open, and everything after is input to it.
+class ExecWsSession final : public WsSession {
+ public:
+  ExecWsSession(Controller& controller, std::string id)
+      : controller_(controller), id_(std::move(id)), since_(std::chrono::steady_clock::now()) {}
+
+  std::optional<std::string> Next() override {
+    {
+      std::unique_lock lock(mu_);
+      if (!started_cv_.wait_for(lock, kFirstMessagePoll, [this] { return started_; })) {
+        if (std::chrono::steady_clock::now() - since_ < kFirstMessageTimeout) return std::string();
+        // Too late: no request is taken any more; the session ends with this.
+        started_ = true;
+        early_.push_back(ErrorEventMessage(
+            Error(ErrorCode::kDeadlineExceeded,
+                  "no exec request within " +
+                      std::to_string(std::chrono::seconds(kFirstMessageTimeout).count()) +
+                      " seconds of the upgrade")));
+      }
+      if (!early_.empty()) {
+        std::string event = std::move(early_.front());
+        early_.pop_front();
+        return event;
+      }
+    }
+    // events_ was set before started_ (under mu_) and only Next touches it after.
+    if (!events_) return std::nullopt;
+    return events_->Next();
+  }
+
+  Status Input(std::string_view message, bool binary) override {
+    std::lock_guard input_lock(input_mu_);
+    if (!input_) return Start(message, binary);
+    return input_->Deliver(message, binary);
+  }
+
+ private:
+  // The first message: starts the command, reads its start event (whose pid says where input
+  // goes) and attaches the input side, then lets Next go on with the stream.
+  Status Start(std::string_view message, bool binary) {
+    input_.emplace(nullptr);  // whatever happens below, later messages are input, not requests
+    if (binary) {
+      return Fail(ErrorCode::kInvalidArgument,
+                  "the first message must be the exec request (JSON text), got a binary message");
+    }
+    auto request = api::ExecRequest::FromJson(message);
+    if (!request) return std::unexpected(std::move(request.error()).Wrap("exec request"));
+    if (request->stream || request->background) {
+      return Fail(ErrorCode::kInvalidArgument,
+                  "exec request: exec/ws takes neither stream nor background (its events are "
+                  "the session's messages)");
+    }
+    request->stdin_open = true;
+    // A terminal is for as long as its user wants it, and the command ends anyway when the
+    // client leaves: without a timeout_seconds of its own it gets the longest there is, not the
+    // five minutes of a plain exec.
+    if (!request->timeout_given) request->timeout_seconds = api::kMaxTimeoutSeconds;
+    std::deque<std::string> events;
+    auto started = controller_.StartExec(id_, *request);
+    if (!started) {
+      // The command could not start (paused sandbox, bad user...): that ends the session as a
+      // streamed exec's error event ends its stream.
+      events.push_back(ErrorEventMessage(started.error()));
+      Publish(nullptr, std::move(events));
+      return {};
+    }
+    auto stream = std::make_unique<EventLines>(std::move(*started));
+    std::optional<std::string> first;
+    do {
+      first = stream->Next();
+    } while (first && first->empty());
+    if (!first) {
+      Publish(std::move(stream), std::move(events));
+      return {};
+    }
+    int32_t pid = stream->pid();
+    if (pid <= 0) {  // the start event names it too
+      const auto doc = nlohmann::json::parse(*first, nullptr, /*allow_exceptions=*/false);
+      if (doc.is_object() && doc.value("type", "") == "start" && doc.contains("pid") &&
+          doc["pid"].is_number_integer()) {
+        pid = doc["pid"].get<int32_t>();
+      }
+    }
+    events.push_back(std::move(*first));
+    if (pid > 0) {
+      auto control = controller_.Control(id_, pid);
+      if (control) {
+        input_.emplace(std::move(*control));
+      } else if (control.error().code() != ErrorCode::kNotFound) {
+        // Without input the session is not interactive: end it (dropping the stream kills the
+        // command) and say why.
+        events.push_back(ErrorEventMessage(control.error().Wrap("attaching stdin")));
+        Publish(nullptr, std::move(events));
+        return {};
+      }
+      // kNotFound: the command has already ended; its exit event follows the start.
+    }
+    Publish(std::move(stream), std::move(events));
+    return {};
+  }
+
+  void Publish(std::unique_ptr<EventLines> stream, std::deque<std::string> events) {
+    {
+      std::lock_guard lock(mu_);
+      if (started_) return;  // Next gave up waiting; dropping `stream` ends the command
+      events_ = std::move(stream);
+      early_ = std::move(events);
+      started_ = true;
+    }
+    started_cv_.notify_all();
+  }
+
+  Controller& controller_;
+  const std::string id_;
+  const std::chrono::steady_clock::time_point since_;  // the upgrade
+
+  std::mutex mu_;
+  std::condition_variable started_cv_;
+  bool started_ = false;             // guarded by mu_
+  std::deque<std::string> early_;    // guarded by mu_: events read by Start, sent first
+  std::unique_ptr<EventLines> events_;  // set by Publish, then Next's alone
+
+  std::mutex input_mu_;  // Inputs in order, one at a time (ProcessControl is not thread-safe)
+  std::optional<ProcessInput> input_;  // guarded by input_mu_; empty until the first message
+};
+
+// processes/{pid}/ws: output from the agent's ring and live, input through a control
+// attachment. Destroying it detaches both; the process runs on.
+class AttachWsSession final : public WsSession {
+ public:
+  AttachWsSession(std::unique_ptr<ExecStream> output, std::unique_ptr<ProcessControl> control)
+      : output_(std::move(output)), input_(std::move(control)) {}
+
+  std::optional<std::string> Next() override { return output_.Next(); }
+
+  Status Input(std::string_view message, bool binary) override {
+    std::lock_guard lock(input_mu_);
+    return input_.Deliver(message, binary);
+  }
+
+ private:
+  EventLines output_;
+  std::mutex input_mu_;
+  ProcessInput input_;  // guarded by input_mu_
+};
+
+}  // namespace
+
+std::string ErrorEventMessage(const Error& error) {
+  return AsMessage(api::RenderErrorEvent(error, std::chrono::system_clock::now()));
+}
+
+bool IsWebSocketPath(std::string_view path) {
+  const auto parts = SplitPath(path);
+  if (parts.size() < 5 || parts[0] != "v1" || parts[1] != "sandboxes") return false;
+  if (parts.size() == 5) return parts[3] == "exec" && parts[4] == "ws";
+  return parts.size() == 6 && parts[3] == "processes" && parts[5] == "ws";
+}
+
+std::expected<std::unique_ptr<WsSession>, HttpReply> Router::Upgrade(const HttpRequest& request) {
+  auto refuse = [this](HttpReply reply) {
+    metrics_.CountReply(reply.status, reply.error_code);
+    return Refusal(std::move(reply));
+  };
+  auto refuse_error = [&](const Error& error) { return refuse(ErrorReply(error)); };
+  const std::string_view target = request.target;
+  const std::string_view path = target.substr(0, target.find('?'));
+  std::string_view raw_query;
+  if (size_t q = target.find('?'); q != std::string_view::npos) raw_query = target.substr(q + 1);
+
+  // As for every /v1 route: 401 first, whatever else is wrong.
+  if (!Authenticated(request.authorization)) {
+    api::HttpError e = api::UnauthenticatedBody();
+    HttpReply reply{static_cast<unsigned>(e.status), std::move(e.body), ""};
+    reply.error_code = "unauthenticated";
+    return refuse(std::move(reply));
+  }
+  if (request.method != "GET") {
+    nlohmann::json doc = {{"error",
+                           {{"code", "method_not_allowed"},
+                            {"message", request.method + " is not allowed on " +
+                                            std::string(path) + "; allowed: GET"}}}};
+    HttpReply reply{405, doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                    "GET"};
+    reply.error_code = "method_not_allowed";
+    return refuse(std::move(reply));
+  }
+  const auto parts = SplitPath(path);
+  const std::string id(parts[2]);
+  if (auto st = ValidateSandboxId(id); !st) return refuse_error(st.error());
+  const bool exec = parts.size() == 5;
+  std::optional<int32_t> pid;
+  bool replay = true;
+  if (exec) {
+    if (!raw_query.empty()) {
+      return refuse_error(Error(ErrorCode::kInvalidArgument, "this route takes no query string"));
+    }
+  } else {
+    auto parsed_pid = ParsePid(parts[4]);
+    if (!parsed_pid) return refuse_error(parsed_pid.error());
+    pid = *parsed_pid;
+    auto parsed_replay = ParseReplay(raw_query);
+    if (!parsed_replay) return refuse_error(parsed_replay.error());
+    replay = *parsed_replay;
+  }
+  if (!request.websocket) {
+    return refuse_error(Error(ErrorCode::kInvalidArgument,
+                              std::string(path) +
+                                  " is a WebSocket route: connect with a WebSocket client "
+                                  "(GET with Connection: Upgrade and Upgrade: websocket)"));
+  }
+
+  std::unique_ptr<WsSession> session;
+  if (exec) {
+    // The command starts with the client's first message; an unknown or stopped sandbox is
+    // refused now, while the answer can still be an HTTP status.
+    auto record = controller_.Get(id);
+    if (!record) return refuse_error(record.error());
+    const store::SandboxState running[] = {store::SandboxState::kRunning};
+    if (auto st = store::RequireState(id, record->state, running); !st) {
+      return refuse_error(st.error());
+    }
+    session = std::make_unique<ExecWsSession>(controller_, id);
+  } else {
+    auto output = controller_.AttachOutput(id, *pid, replay, /*follow=*/true);
+    if (!output) return refuse_error(output.error());
+    auto control = controller_.Control(id, *pid);
+    std::unique_ptr<ProcessControl> input;
+    if (control) {
+      input = std::move(*control);
+    } else if (control.error().code() != ErrorCode::kNotFound) {
+      return refuse_error(control.error());
+    }
+    // kNotFound after a successful attach: the process ended in between; the output stream
+    // still replays it and reports its exit.
+    session = std::make_unique<AttachWsSession>(std::move(*output), std::move(input));
+  }
+  metrics_.CountReply(101, "");
+  return session;
+}
+
+}  // namespace airlock::daemon
