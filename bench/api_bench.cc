@@ -1,10 +1,15 @@
 // The whole sandbox lifecycle (create, exec `true`, delete) through a real airlockd's REST API at
 // several concurrencies, beside the same lifecycle driven directly on the jail engine in the same
 // run, so the ratio shows what the daemon (HTTP, SQLite, the controller) adds on top of the
-// engine. The two phases run one after the other, never at the same time. Needs root.
+// engine. The two phases run one after the other, never at the same time. Between them, a warm
+// phase runs the same lifecycle through the API with a warm pool of base sandboxes (the create is
+// then a claim), and reports its create latency against the cold create's. Needs root.
 //
 //   airlock-bench-api [--iterations N] [--warmup N] [--concurrency 1,8,32]
-//                     [--engine-concurrency 1,8] [--json FILE]
+//                     [--engine-concurrency 1,8] [--pool N] [--warm-concurrency 1]
+//                     [--json FILE]
+//
+// --pool 0 skips the warm phase.
 //
 // --iterations is the number of lifecycles per concurrency level (shared by its threads). Every
 // failed call is counted and printed; the exit status is 1 if there was any, 130 on SIGINT.
@@ -79,6 +84,10 @@ struct Flags {
   int warmup = 5;
   std::vector<int> concurrency = {1, 8, 32};
   std::vector<int> engine_concurrency = {1, 8};
+  // The warm phase: creates claim from a pool of `pool` base sandboxes (0 skips it), at these
+  // concurrencies; the pool is full again at the start of each level.
+  int pool = 8;
+  std::vector<int> warm_concurrency = {1};
   std::string json_path;
 };
 
@@ -129,6 +138,13 @@ Result<Flags> ParseFlags(int argc, char** argv) {
     } else if (arg == "--engine-concurrency") {
       levels = ParseLevels(value);
       if (levels) flags.engine_concurrency = *levels;
+    } else if (arg == "--pool") {
+      n = number(0);
+      if (n && *n > 256) n = airlock::Fail(ErrorCode::kInvalidArgument, "--pool is at most 256");
+      if (n) flags.pool = *n;
+    } else if (arg == "--warm-concurrency") {
+      levels = ParseLevels(value);
+      if (levels) flags.warm_concurrency = *levels;
     } else if (arg == "--json") {
       flags.json_path = value;
     } else {
@@ -455,6 +471,87 @@ json LevelJson(const LevelResult& level) {
   return doc;
 }
 
+// What the pool said of one warm level: claims served from it and not.
+struct PoolCounts {
+  int64_t hits = 0, misses = 0;
+};
+
+// The base pool's entry of GET /v1/pools (null if none).
+Result<json> BasePool(airlock::client::HttpClient& http) {
+  auto r = http.Request("GET", "/v1/pools");
+  if (!r) return std::unexpected(r.error());
+  json doc = json::parse(r->body, nullptr, false);
+  if (r->status != 200 || !doc.is_object()) {
+    return airlock::Fail(ErrorCode::kInternal, "GET /v1/pools: HTTP " + std::to_string(r->status));
+  }
+  for (const json& p : doc["pools"]) {
+    if (p.value("template", "") == "base") return p;
+  }
+  return json();
+}
+
+// Sets the base pool's size and waits (up to a minute) until that many are ready.
+Status FillPool(airlock::client::HttpClient& http, int size) {
+  auto r = http.Request("PUT", "/v1/pools/base", json{{"size", size}}.dump());
+  if (!r) return std::unexpected(r.error());
+  if (r->status != 200) {
+    return airlock::Fail(ErrorCode::kInternal,
+                         "PUT /v1/pools/base: HTTP " + std::to_string(r->status) + " " + r->body);
+  }
+  const auto deadline = Clock::now() + std::chrono::minutes(1);
+  while (Clock::now() < deadline && !g_interrupted.load()) {
+    auto pool = BasePool(http);
+    if (!pool) return std::unexpected(pool.error());
+    if (pool->is_object() && pool->value("ready", -1) == size) return {};
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return airlock::Fail(ErrorCode::kDeadlineExceeded,
+                       "the pool did not reach " + std::to_string(size) + " ready");
+}
+
+// The warm phase: before each level the pool is filled to `flags.pool`; the level's creates
+// claim from it while the daemon refills it in the background, as in production.
+void RunWarmPhase(const std::string& url, const Flags& flags, const WorkerFactory& factory,
+                  std::vector<LevelResult>& results, std::map<int, PoolCounts>& counts,
+                  std::vector<Failure>& failures) {
+  auto http = airlock::client::HttpClient::Open(url);
+  if (!http) {
+    failures.push_back({"warm setup", http.error().message()});
+    return;
+  }
+  http->set_timeout(std::chrono::minutes(2));
+  for (int concurrency : flags.warm_concurrency) {
+    if (g_interrupted.load()) break;
+    if (auto st = FillPool(*http, flags.pool); !st) {
+      failures.push_back({"warm setup", st.error().message()});
+      break;
+    }
+    auto before = BasePool(*http);
+    std::fprintf(stderr, "airlock-bench-api: warm (pool of %d), concurrency %d, %d lifecycles...\n",
+                 flags.pool, concurrency, flags.iterations);
+    results.push_back(RunLevel("warm", concurrency, flags.iterations, factory));
+    PrintFailures(results.back());
+    auto after = BasePool(*http);
+    if (before && after && before->is_object() && after->is_object()) {
+      counts[concurrency] = {after->value("hits", int64_t{0}) - before->value("hits", int64_t{0}),
+                             after->value("misses", int64_t{0}) -
+                                 before->value("misses", int64_t{0})};
+    }
+  }
+  // Empty the pool, so that the daemon's stop has nothing of it to destroy.
+  if (auto st = FillPool(*http, 0); !st) {
+    failures.push_back({"warm teardown", st.error().message()});
+  }
+}
+
+// Warm create p50 over cold (api) create p50 at the same concurrency.
+std::optional<double> WarmRatio(const std::vector<LevelResult>& results, int concurrency) {
+  const LevelResult* warm = Find(results, "warm", concurrency);
+  const LevelResult* cold = Find(results, "api", concurrency);
+  if (!warm || !cold || warm->create.empty() || cold->create.empty()) return std::nullopt;
+  return b::Summarize("", warm->create).p50 / b::Summarize("", cold->create).p50;
+}
+
 int Run(const Flags& flags) {
   // Declared first: removed after the daemon and the engine are gone.
   ScratchDir scratch("airlock-bench-api");
@@ -465,6 +562,7 @@ int Run(const Flags& flags) {
   std::vector<LevelResult> results;
   LevelResult api_warmup, engine_warmup;
   std::vector<Failure> other_failures;  // stopping the daemon, leftovers
+  std::map<int, PoolCounts> pool_counts;  // warm level's concurrency -> its claims
 
   // API phase: a real airlockd, one HttpClient per worker thread.
   {
@@ -483,7 +581,10 @@ int Run(const Flags& flags) {
       return LifecycleFn([shared] { return ApiLifecycle(*shared); });
     };
     RunPhase("api", flags.concurrency, flags, api_worker, results, api_warmup);
-    const bool api_failed = !api_warmup.failures.empty() ||
+    if (flags.pool > 0 && !g_interrupted.load()) {
+      RunWarmPhase(url, flags, api_worker, results, pool_counts, other_failures);
+    }
+    const bool api_failed = !api_warmup.failures.empty() || !other_failures.empty() ||
                             std::any_of(results.begin(), results.end(),
                                         [](const LevelResult& r) { return !r.failures.empty(); });
     if (auto st = daemon.Stop(); !st)
@@ -543,6 +644,20 @@ int Run(const Flags& flags) {
   std::printf(
       "\napi/engine: p50 of the whole lifecycle through airlockd's REST API over p50 of "
       "the same lifecycle on the jail engine directly, at the same concurrency\n");
+  for (const auto& [concurrency, c] : pool_counts) {
+    const LevelResult* warm = Find(results, "warm", concurrency);
+    if (!warm) continue;
+    const b::Summary s = b::Summarize("", warm->create);
+    std::printf(
+        "warm create (pool of %d), concurrency %d: p50 %.2f ms, p90 %.2f ms, p99 %.2f ms; "
+        "%lld hits, %lld misses",
+        flags.pool, concurrency, s.p50 / 1000, s.p90 / 1000, s.p99 / 1000,
+        static_cast<long long>(c.hits), static_cast<long long>(c.misses));
+    if (auto r = WarmRatio(results, concurrency)) {
+      std::printf("; warm/cold create p50 %.2fx", *r);
+    }
+    std::printf("\n");
+  }
 
   size_t failures =
       other_failures.size() + api_warmup.failures.size() + engine_warmup.failures.size();
@@ -560,6 +675,14 @@ int Run(const Flags& flags) {
       if (auto r = Ratio(results, level.concurrency); r && level.phase == "api") {
         ratios.push_back(
             {{"concurrency", level.concurrency}, {"ratio_p50_lifecycle_api_vs_engine", *r}});
+      }
+      if (auto r = WarmRatio(results, level.concurrency); r && level.phase == "warm") {
+        const PoolCounts c = pool_counts[level.concurrency];
+        ratios.push_back({{"concurrency", level.concurrency},
+                          {"ratio_p50_create_warm_vs_cold", *r},
+                          {"pool", flags.pool},
+                          {"hits", c.hits},
+                          {"misses", c.misses}});
       }
     }
     doc["results"] = std::move(flat);
@@ -593,7 +716,8 @@ int main(int argc, char** argv) {
   if (!flags) {
     std::fprintf(stderr,
                  "airlock-bench-api: %s\nusage: airlock-bench-api [--iterations N] [--warmup N] "
-                 "[--concurrency 1,8,32] [--engine-concurrency 1,8] [--json FILE]\n",
+                 "[--concurrency 1,8,32] [--engine-concurrency 1,8] [--pool N] "
+                 "[--warm-concurrency 1] [--json FILE]\n",
                  flags.error().message().c_str());
     return 2;
   }

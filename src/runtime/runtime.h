@@ -81,6 +81,10 @@ class Runtime {
   // state dir; never another instance's); for recovery, which destroys the ones no record
   // claims.
   [[nodiscard]] virtual Result<std::vector<std::string>> ListSandboxes() = 0;
+  // Changes the limits a live sandbox's processes are held to: cpus, memory_mb and pids_max
+  // only (disk_mb, tmp_mb and nofile are fixed at create). A warm-pool claim uses it to give a
+  // pooled sandbox the request's limits. kNotFound when the sandbox is not held here.
+  [[nodiscard]] virtual Status UpdateLimits(const std::string& id, const Limits& limits) = 0;
   [[nodiscard]] virtual Status Pause(const std::string& id) = 0;
   [[nodiscard]] virtual Status Resume(const std::string& id) = 0;
   // Saves (and stops) a sandbox with its memory to `dir`; Restore starts it again from there.

@@ -227,6 +227,11 @@ TEST_F(DaemonTest, EveryDocumentedOperationAnswersAsDocumented) {
       {"POST /v1/sandboxes/{id}/pause", http::verb::post, s + "/pause", ""},
       {"POST /v1/sandboxes/{id}/resume", http::verb::post, s + "/resume", ""},
       {"GET /metrics", http::verb::get, "/metrics", ""},
+      // A pool of 0: the route answers as documented without making sandboxes.
+      {"PUT /v1/pools/{template}", http::verb::put, "/v1/pools/base", R"({"size": 0})", "", "",
+       [](const Reply& r) { EXPECT_EQ(r.Json()["size"], 0) << r.body; }},
+      {"GET /v1/pools", http::verb::get, "/v1/pools", "", "", "",
+       [](const Reply& r) { EXPECT_EQ(r.Json()["pools"].size(), 1u) << r.body; }},
       {"DELETE /v1/sandboxes/{id}", http::verb::delete_, "/v1/sandboxes/" + doomed, ""},
   };
   std::set<std::string> covered;

@@ -83,6 +83,24 @@ std::string RenderSandboxList(std::span<const SandboxView> sandboxes) {
 }
 
 namespace {
+json PoolJson(const PoolView& p) {
+  return {{"template", p.template_name},
+          {"size", p.size},
+          {"ready", p.ready},
+          {"hits", p.hits},
+          {"misses", p.misses}};
+}
+}  // namespace
+
+std::string RenderPool(const PoolView& pool) { return Dump(PoolJson(pool)); }
+
+std::string RenderPoolList(std::span<const PoolView> pools) {
+  json list = json::array();
+  for (const auto& p : pools) list.push_back(PoolJson(p));
+  return Dump(json{{"pools", std::move(list)}});
+}
+
+namespace {
 json ExitFields(const ExecResultView& r) {
   return {
       {"exit_code", r.signal != 0 ? json(nullptr) : json(r.exit_code)},

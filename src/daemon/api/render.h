@@ -35,6 +35,19 @@ std::string RenderSandbox(const SandboxView& sandbox);
 // {"sandboxes": [ ... ]}
 std::string RenderSandboxList(std::span<const SandboxView> sandboxes);
 
+struct PoolView {
+  std::string template_name;
+  int64_t size = 0;   // the target
+  int64_t ready = 0;  // pooled sandboxes ready to be claimed now
+  uint64_t hits = 0;  // creates served from the pool since start
+  uint64_t misses = 0;  // creates for this template that took the cold path since start
+};
+
+// {"template", "size", "ready", "hits", "misses"}
+std::string RenderPool(const PoolView& pool);
+// {"pools": [ ... ]}
+std::string RenderPoolList(std::span<const PoolView> pools);
+
 struct ExecResultView {
   int32_t exit_code = -1;  // as the agent reports it: -1 when killed by a signal
   int32_t signal = 0;      // the signal that ended the process, 0 if it exited

@@ -234,6 +234,18 @@ Result<CreateSandboxRequest> CreateSandboxRequest::FromJson(std::string_view bod
   return req;
 }
 
+Result<PoolSizeRequest> PoolSizeRequest::FromJson(std::string_view body) {
+  json doc;
+  AIRLOCK_TRY_ASSIGN(doc, ParseJsonObject(body));
+  AIRLOCK_TRY(RejectUnknownFields(doc, "request body", {"size"}));
+  if (!doc.contains("size")) return Invalid("size is required");
+  PoolSizeRequest req;
+  AIRLOCK_TRY_ASSIGN(req.size, GetInt(doc["size"], "size", 0, kMaxPoolSize));
+  return req;
+}
+
+Status CheckTemplateName(std::string_view name) { return ValidateTemplateName(name); }
+
 Result<PatchSandboxRequest> PatchSandboxRequest::FromJson(std::string_view body) {
   json doc;
   AIRLOCK_TRY_ASSIGN(doc, ParseJsonObject(body));

@@ -81,6 +81,16 @@ struct CreateSandboxRequest {
   [[nodiscard]] static Result<CreateSandboxRequest> FromJson(std::string_view body);
 };
 
+// PUT /v1/pools/{template}: {"size": N}, N from 0 to kMaxPoolSize. 0 empties the pool.
+inline constexpr int64_t kMaxPoolSize = 256;
+struct PoolSizeRequest {
+  int64_t size = 0;
+
+  [[nodiscard]] static Result<PoolSizeRequest> FromJson(std::string_view body);
+};
+// kInvalidArgument unless `name` is a well-formed template name ([a-z0-9][a-z0-9._-]*, <= 64).
+[[nodiscard]] Status CheckTemplateName(std::string_view name);
+
 // PATCH /v1/sandboxes/{id}: at least one field. ttl_seconds restarts the TTL from now.
 // metadata is a merge patch (RFC 7396): a string sets the key, null removes it.
 struct PatchSandboxRequest {

@@ -43,6 +43,7 @@ constexpr const char* kUsage =
     "usage: airlockd [--config FILE] [--listen HOST:PORT] [--state-dir DIR] [--no-auth]\n"
     "                [--on-shutdown keep|destroy] [--workers N] [--agent PATH]\n"
     "                [--launcher PATH] [--log-level trace|debug|info|warn|error]\n"
+    "                [--pool.TEMPLATE N]\n"
     "Settings come from the defaults, then the config file (--config, else\n"
     "/etc/airlock/airlockd.toml if it exists), then the flags. See docs/airlockd.md.\n";
 
@@ -184,6 +185,8 @@ int main(int argc, char** argv) {
   metrics.SetRecovery(recovered->adopted, recovered->failed, recovered->finished,
                       recovered->orphans_removed);
   controller.StartReaper();
+  if (auto st = controller.ConfigurePools(flags.pools); !st) Die(st.error().message(), 2);
+  controller.StartPoolFiller();
   daemon::Router router(controller, **store, metrics, /*auth_required=*/!flags.no_auth);
   auto server = daemon::HttpServer::Listen(server_options, router);
   if (!server) Die(server.error().message());
@@ -197,6 +200,7 @@ int main(int argc, char** argv) {
 
   (*server)->Run();
   server->reset();
+  controller.StopPoolFiller();
   controller.StopReaper();
   if (flags.on_shutdown == daemon::OnShutdown::kDestroy) {
     controller.DestroyAll();

@@ -3,6 +3,8 @@
 #include <charconv>
 #include <set>
 
+#include "daemon/api/types.h"
+
 namespace airlock::daemon {
 namespace {
 
@@ -15,6 +17,7 @@ std::string_view Trim(std::string_view s) {
 std::string Normalize(std::string_view key) {
   std::string k(key);
   for (char& c : k) {
+    if (c == '.') break;  // after a dot comes a name (pool.<template>), kept as written
     if (c == '-') c = '_';
   }
   return k;
@@ -99,6 +102,19 @@ Status Config::Set(std::string_view raw_key, std::string_view value) {
       return Fail(ErrorCode::kInvalidArgument, "workers must be a number from 1 to 1024");
     }
     workers = n;
+  } else if (key.starts_with("pool.")) {
+    // A TOML dotted key: pool.<template>. The template must exist; main checks that.
+    const std::string name = key.substr(5);
+    if (auto valid = api::CheckTemplateName(name); !valid) {
+      return Fail(ErrorCode::kInvalidArgument, key + ": " + valid.error().message());
+    }
+    int n = 0;
+    auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+    if (ec != std::errc() || end != value.data() + value.size() || n < 0 || n > api::kMaxPoolSize) {
+      return Fail(ErrorCode::kInvalidArgument,
+                  key + " must be a number from 0 to " + std::to_string(api::kMaxPoolSize));
+    }
+    pools[name] = n;
   } else {
     return Fail(ErrorCode::kInvalidArgument, "unknown setting '" + std::string(raw_key) + "'");
   }

@@ -9,10 +9,12 @@
 //   on_shutdown = "keep"        # or "destroy"
 //   workers = 64
 //   no_auth = false
+//   pool.base = 4               # warm pool of 4 sandboxes of template "base"
 //
 // Strings are double-quoted (\" and \\ escapes), booleans true / false, numbers decimal.
 // Unknown keys, repeated keys and malformed lines are errors naming the line.
 
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -32,6 +34,9 @@ struct Config {
   // On SIGTERM: keep the sandboxes running for the next start to adopt, or destroy them.
   OnShutdown on_shutdown = OnShutdown::kKeep;
   int workers = 64;  // threads for blocking calls (creates, execs, files)
+  // Warm pool size per template ("pool.<template> = N", 0..api::kMaxPoolSize). A size set through
+  // PUT /v1/pools/{template} is kept in the store and wins over this one.
+  std::map<std::string, int> pools;
 
   // Applies one setting; `key` uses underscores or dashes. kInvalidArgument for an unknown key
   // or a bad value.

@@ -28,7 +28,9 @@ store::SandboxLimits ToStoreLimits(const runtime::Limits& limits) {
           .disk_mb = static_cast<int64_t>(limits.disk_mb)};
 }
 
-protocol::Exec ToProtocolExec(const api::ExecRequest& request) {
+// `sandbox_env` first, so that the request's env wins as it does over the agent's own.
+protocol::Exec ToProtocolExec(const api::ExecRequest& request,
+                              std::vector<std::string> sandbox_env) {
   protocol::Exec exec;
   if (request.is_shell()) {
     exec.shell = request.cmd;
@@ -36,7 +38,8 @@ protocol::Exec ToProtocolExec(const api::ExecRequest& request) {
     exec.argv = request.argv;
   }
   exec.cwd = request.cwd;
-  exec.env = api::EnvList(request.env);
+  exec.env = std::move(sandbox_env);
+  for (std::string& kv : api::EnvList(request.env)) exec.env.push_back(std::move(kv));
   exec.user = request.user;
   exec.stdin_mode = request.stdin_data.empty() && !request.stdin_open
                         ? protocol::StdinMode::kNull
@@ -79,6 +82,10 @@ class Controller::Channel {
     client_->set_receive_timeout(std::chrono::seconds(60));
   }
   protocol::BlockingClient* operator->() { return &*client_; }
+  std::vector<std::string> sandbox_env() const {
+    std::lock_guard lock(live_->channels_mu);
+    return live_->env;
+  }
   // The operation ended cleanly: the channel goes back to the sandbox's pool. (A channel that
   // saw an error is closed instead: its stream state is not worth reasoning about.)
   void Keep() {
@@ -98,12 +105,17 @@ std::shared_ptr<Controller::Live> Controller::FindLive(const std::string& id) {
   return it == live_.end() ? nullptr : it->second;
 }
 
-void Controller::Hold(const std::string& id) {
+void Controller::Hold(const std::string& id, std::vector<std::string> env) {
+  auto live = std::make_shared<Live>();
+  live->env = std::move(env);
   std::lock_guard lock(mu_);
-  live_.try_emplace(id, std::make_shared<Live>());
+  live_.try_emplace(id, std::move(live));
 }
 
-Controller::~Controller() { StopReaper(); }
+Controller::~Controller() {
+  StopPoolFiller();
+  StopReaper();
+}
 
 Result<RecoveryReport> Controller::Recover() {
   RecoveryReport report;
@@ -135,9 +147,18 @@ void Controller::RecoverOne(const SandboxRecord& rec, RecoveryReport& report) {
   const std::string& id = rec.id;
   // Destroys what the engine holds for `id` and records why the sandbox is gone.
   auto give_up = [&](const std::string& why) {
-    spdlog::warn("start: {} ({}) not recovered: {}", id, store::SandboxStateName(rec.state), why);
-    if (auto st = runtime_.Destroy(id); !st) spdlog::error("start: {}", st.error().message());
-    if (auto st = store_.MarkFailed(id, why); !st) spdlog::error("start: {}", st.error().message());
+    spdlog::warn("start: {} ({}{}) not recovered: {}", id, store::SandboxStateName(rec.state),
+                 rec.pooled ? ", pooled" : "", why);
+    if (auto st = runtime_.Destroy(id); !st) {
+      spdlog::error("start: {}", st.error().message());
+      if (auto marked = store_.MarkFailed(id, why); !marked) {
+        spdlog::error("start: {}", marked.error().message());
+      }
+    } else if (rec.pooled) {
+      Discard(id);  // nobody asked for it: no failed record to show
+    } else if (auto marked = store_.MarkFailed(id, why); !marked) {
+      spdlog::error("start: {}", marked.error().message());
+    }
     ++report.failed;
   };
   switch (rec.state) {
@@ -172,9 +193,22 @@ void Controller::RecoverOne(const SandboxRecord& rec, RecoveryReport& report) {
     give_up("airlockd restarted and " + adopted.error().message());
     return;
   }
-  Hold(id);
+  Hold(id, rec.resources.contains(kEnvPerCommand) ? rec.env
+                                                                : std::vector<std::string>{});
+  if (!paused && !rec.pooled) {
+    // A claim commits the request's limits before it writes them to the engine; a crash in
+    // between would leave the pool's defaults in force. Writing the recorded ones again closes
+    // that gap (and changes nothing for every other sandbox).
+    runtime::Limits limits;
+    limits.cpus = rec.limits.cpus;
+    limits.memory_mb = static_cast<uint64_t>(rec.limits.memory_mb);
+    limits.pids_max = static_cast<uint64_t>(rec.limits.pids_max);
+    if (auto st = runtime_.UpdateLimits(id, limits); !st) {
+      spdlog::warn("start: {}: re-applying its limits: {}", id, st.error().message());
+    }
+  }
   if (!paused) {  // a frozen agent cannot answer; its channel is opened after the resume
-    auto channel = Acquire(id);
+    auto channel = Acquire(id, /*allow_pooled=*/true);
     if (!channel) {
       {
         std::lock_guard lock(mu_);
@@ -185,7 +219,8 @@ void Controller::RecoverOne(const SandboxRecord& rec, RecoveryReport& report) {
     }
     channel->Keep();
   }
-  spdlog::info("start: adopted {} ({})", id, store::SandboxStateName(rec.state));
+  spdlog::info("start: adopted {} ({}{})", id, store::SandboxStateName(rec.state),
+               rec.pooled ? ", pooled" : "");
   ++report.adopted;
 }
 
@@ -240,6 +275,20 @@ Result<SandboxRecord> Controller::Create(const api::CreateSandboxRequest& reques
   if (!runtime_.HasTemplate(request.template_name)) {
     return Fail(ErrorCode::kNotFound, "template '" + request.template_name + "' does not exist");
   }
+  if (auto claimed = ClaimFromPool(request)) return std::move(*claimed);
+  return CreateSandbox(request, /*pooled=*/false);
+}
+
+void Controller::Discard(const std::string& id) {
+  const SandboxState from[] = {SandboxState::kCreating, SandboxState::kRunning,
+                               SandboxState::kFailed};
+  auto moved = store_.Transition(id, from, SandboxState::kDestroying);
+  if (moved) moved = store_.Transition(id, {}, SandboxState::kDestroyed);
+  if (!moved) spdlog::error("discarding {}: {}", id, moved.error().message());
+}
+
+Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest& request,
+                                                bool pooled) {
   SandboxRecord record;
   record.id = NewSandboxId();
   record.state = SandboxState::kCreating;
@@ -248,14 +297,18 @@ Result<SandboxRecord> Controller::Create(const api::CreateSandboxRequest& reques
   record.limits = ToStoreLimits(request.limits);
   record.env = api::EnvList(request.env);
   record.metadata = request.metadata;
-  record.expires_at_ms = NowMs() + request.ttl_seconds * 1000;
+  // A pooled sandbox has no deadline until a claim gives it the request's.
+  record.expires_at_ms = pooled ? 0 : NowMs() + request.ttl_seconds * 1000;
+  record.pooled = pooled;
   const std::string id = record.id;
   // The record exists before any resource does, so a crash during the create leaves a trace.
   if (auto inserted = store_.Insert(record); !inserted) {
     return std::unexpected(inserted.error().Wrap("recording " + id));
   }
   auto fail = [&](Error error) -> Result<SandboxRecord> {
-    if (auto marked = store_.MarkFailed(id, error.message()); !marked) {
+    if (pooled) {
+      Discard(id);
+    } else if (auto marked = store_.MarkFailed(id, error.message()); !marked) {
       spdlog::error("marking {} failed: {}", id, marked.error().message());
     }
     return std::unexpected(std::move(error));  // the engine's messages name the id already
@@ -296,13 +349,15 @@ Result<SandboxRecord> Controller::Create(const api::CreateSandboxRequest& reques
     r.resources = info.resources;
   });
   if (!running) return destroy_and_fail(std::move(running.error()));
-  spdlog::info("created {} (agent pid {} on the host)", id, info.init_pid);
+  spdlog::info("created {}{} (agent pid {} on the host)", id, pooled ? " for the pool" : "",
+               info.init_pid);
   return running;
 }
 
 Result<SandboxRecord> Controller::Get(const std::string& id) {
   auto record = store_.Get(id);
-  if (record && record->state == SandboxState::kDestroyed) {
+  // A pooled sandbox belongs to no one until it is claimed.
+  if (record && (record->state == SandboxState::kDestroyed || record->pooled)) {
     return Fail(ErrorCode::kNotFound, "sandbox " + id + " does not exist");
   }
   if (!record && record.error().code() == ErrorCode::kNotFound) {
@@ -324,6 +379,7 @@ Result<std::vector<SandboxRecord>> Controller::List(const api::ListFilter& filte
     }
   }
   for (const auto& [key, value] : filter.metadata) query.metadata.emplace_back(key, value);
+  query.pooled = false;
   return store_.List(query);
 }
 
@@ -361,11 +417,15 @@ Status Controller::FinishDestroy(const std::string& id) {
   return {};
 }
 
-Status Controller::Destroy(const std::string& id) {
+Status Controller::Destroy(const std::string& id) { return DestroySandbox(id, false); }
+
+Status Controller::DestroySandbox(const std::string& id, bool allow_pooled) {
   std::shared_ptr<Live> live = FindLive(id);
   std::unique_lock<std::mutex> lock;
   if (live) lock = std::unique_lock(live->lifecycle_mu);
-  if (auto record = Get(id); !record) return std::unexpected(record.error());
+  if (auto record = allow_pooled ? store_.Get(id) : Get(id); !record) {
+    return std::unexpected(record.error());
+  }
   const SandboxState from[] = {SandboxState::kRunning, SandboxState::kPaused,
                                SandboxState::kFailed};
   if (auto moved = store_.Transition(id, from, SandboxState::kDestroying); !moved) {
@@ -407,8 +467,8 @@ Result<SandboxRecord> Controller::Resume(const std::string& id) {
   return store_.Transition(id, from, SandboxState::kRunning);
 }
 
-Result<Controller::Channel> Controller::Acquire(const std::string& id) {
-  auto record = Get(id);
+Result<Controller::Channel> Controller::Acquire(const std::string& id, bool allow_pooled) {
+  auto record = allow_pooled ? store_.Get(id) : Get(id);
   if (!record) return std::unexpected(record.error());
   if (auto st = store::RequireState(id, record->state, kRunningOnly); !st) {
     return std::unexpected(st.error());
@@ -468,7 +528,7 @@ Result<protocol::ExecResult> Controller::Exec(const std::string& id,
                                               const api::ExecRequest& request) {
   auto channel = Acquire(id);
   if (!channel) return std::unexpected(channel.error());
-  protocol::Exec exec = ToProtocolExec(request);
+  protocol::Exec exec = ToProtocolExec(request, channel->sandbox_env());
   // The agent ends the command at its timeout (plus the kill grace); until then it may be
   // silent for as long as it likes.
   (*channel)->set_receive_timeout(std::chrono::milliseconds(exec.timeout_ms) +
@@ -563,7 +623,7 @@ Result<std::unique_ptr<ExecStream>> Controller::StartExec(const std::string& id,
                                                           const api::ExecRequest& request) {
   auto channel = Acquire(id);
   if (!channel) return std::unexpected(channel.error());
-  protocol::Exec exec = ToProtocolExec(request);
+  protocol::Exec exec = ToProtocolExec(request, channel->sandbox_env());
   // A stream holds nothing in the daemon (each piece waits for the client to take the last),
   // so the output is not capped; a plain exec keeps the agent's default cap (16 MiB).
   exec.output_cap = uint64_t{1} << 50;
@@ -647,7 +707,7 @@ Result<protocol::ProcessInfo> Controller::StartBackground(const std::string& id,
                                                           const api::ExecRequest& request) {
   auto channel = Acquire(id);
   if (!channel) return std::unexpected(channel.error());
-  protocol::Exec exec = ToProtocolExec(request);
+  protocol::Exec exec = ToProtocolExec(request, channel->sandbox_env());
   auto stream = (*channel)->StartExec(exec);
   if (!stream) return std::unexpected(ExecError(id, std::move(stream.error())));
   auto first = (*channel)->NextFor(*stream);
@@ -1024,6 +1084,7 @@ Status Controller::WriteTar(const std::string& id, const api::FileQuery& query,
 }
 
 void Controller::DestroyAll() {
+  StopPoolFiller();
   StopReaper();
   std::vector<std::string> ids;
   {
@@ -1031,7 +1092,7 @@ void Controller::DestroyAll() {
     for (const auto& [id, live] : live_) ids.push_back(id);
   }
   for (const std::string& id : ids) {
-    if (auto st = Destroy(id); !st) {
+    if (auto st = DestroySandbox(id, /*allow_pooled=*/true); !st) {
       spdlog::error("shutdown: {}", st.error().message());
     }
   }

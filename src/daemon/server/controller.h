@@ -21,6 +21,7 @@
 #include "common/error.h"
 #include "daemon/api/render.h"
 #include "daemon/api/types.h"
+#include "daemon/server/metrics.h"
 #include "daemon/store/store.h"
 #include "protocol/client.h"
 #include "runtime/runtime.h"
@@ -68,6 +69,10 @@ struct RecoveryReport {
   int finished = 0;         // destroys a previous run had begun, completed
   int orphans_removed = 0;  // sandboxes the engine had that no live record claimed
 };
+
+// The key in a record's resources that says its agent started without the sandbox env (a
+// claimed pooled sandbox), so the controller sends the env with every command.
+inline constexpr const char* kEnvPerCommand = "env_per_command";
 
 class Controller {
  public:
@@ -155,15 +160,41 @@ class Controller {
   [[nodiscard]] Status WriteTar(const std::string& id, const api::FileQuery& query,
                                 std::string_view tar);
 
-  // Shutdown: destroys every sandbox this process holds. Call after the server has stopped and
-  // its workers are joined. (Not calling it keeps them for adoption by the next start.)
+  // Shutdown: destroys every sandbox this process holds, pooled ones too. Call after the server
+  // has stopped and its workers are joined. (Not calling it keeps them for adoption by the next
+  // start.)
   void DestroyAll();
+
+  // --- Warm pools (controller_pool.cc; docs/design/pools.md) ------------------------------
+
+  // Call once after Recover and before serving: the sizes from the config file, each
+  // overridden by the size set through the API (kept in the store). kNotFound for a template
+  // the engine does not have.
+  [[nodiscard]] Status ConfigurePools(const std::map<std::string, int>& configured);
+  // Sets (and records) a pool's size; the filler grows or shrinks the pool in the background.
+  // kNotFound for a template the engine does not have.
+  [[nodiscard]] Result<PoolStats> SetPoolSize(const std::string& template_name, int64_t size);
+  // Every pool that has a size (0 included), by template.
+  [[nodiscard]] Result<std::vector<PoolStats>> Pools();
+  // The filler: a thread that keeps every pool at its size, one create or destroy at a time.
+  // Stopped by the destructor, DestroyAll or StopPoolFiller.
+  void StartPoolFiller();
+  void StopPoolFiller();
 
  private:
   struct Live {
     std::mutex lifecycle_mu;  // serializes pause / resume / destroy on the engine
     std::mutex channels_mu;
     std::vector<protocol::BlockingClient> idle;  // connected channels, guarded by channels_mu
+    // The env sent with every command (guarded by channels_mu): a claimed pooled sandbox's,
+    // whose agent started without it and cannot be told later. Empty for the others, whose
+    // agent has it from its start.
+    std::vector<std::string> env;
+  };
+  struct Pool {
+    int64_t size = 0;
+    uint64_t hits = 0;
+    std::map<std::string, uint64_t> misses;  // by reason
   };
   // A channel on loan for one operation; given back with Keep() when it ended cleanly.
   class Channel;
@@ -183,9 +214,25 @@ class Controller {
   Error ExecError(const std::string& id, Error error);
 
   std::shared_ptr<Live> FindLive(const std::string& id);
-  void Hold(const std::string& id);
-  // The sandbox must be held here and running; then a channel to its agent.
-  Result<Channel> Acquire(const std::string& id);
+  void Hold(const std::string& id, std::vector<std::string> env);
+  // The cold path: a new sandbox for `request`. `pooled`: made by the filler, hidden from the
+  // API until claimed, and on failure left destroyed rather than failed (nobody asked for it).
+  Result<store::SandboxRecord> CreateSandbox(const api::CreateSandboxRequest& request, bool pooled);
+  // Destroy, and for `allow_pooled` also the pooled sandboxes the API cannot see.
+  Status DestroySandbox(const std::string& id, bool allow_pooled);
+  // A record nobody will look at (a pooled one that failed) goes to destroyed, so that it is
+  // purged like any other instead of lingering hidden as failed.
+  void Discard(const std::string& id);
+  // The warm path of Create: a claimed pooled sandbox with the request's settings, or nullopt
+  // for the cold path (counted as a miss when the template has a pool).
+  std::optional<Result<store::SandboxRecord>> ClaimFromPool(
+      const api::CreateSandboxRequest& request);
+  // One step of the filler: true when it created or destroyed a sandbox.
+  Result<bool> FillStep();
+  void CountMiss(const std::string& template_name, const std::string& reason);
+  // The sandbox must be held here and running (and not pooled, unless `allow_pooled`); then a
+  // channel to its agent.
+  Result<Channel> Acquire(const std::string& id, bool allow_pooled = false);
   // After an operation failed: the sandbox's state if it no longer fits (the destroy or pause
   // that interrupted it), else `error`.
   Error Explain(const std::string& id, Error error);
@@ -213,6 +260,14 @@ class Controller {
   bool reaper_stop_ = false;  // guarded by reaper_mu_
   std::thread reaper_;
   std::atomic<uint64_t> expired_total_{0};
+
+  std::mutex pool_mu_;
+  std::condition_variable pool_cv_;
+  std::map<std::string, Pool> pools_;  // guarded by pool_mu_
+  bool pool_stop_ = false;             // guarded by pool_mu_
+  bool pool_wake_ = false;             // a claim or resize happened; guarded by pool_mu_
+  bool pool_resized_ = false;          // ends an error backoff early; guarded by pool_mu_
+  std::thread filler_;
 };
 
 }  // namespace airlock::daemon

@@ -21,6 +21,35 @@ std::string Labels(std::string_view base, std::string_view extra) {
 
 }  // namespace
 
+std::string RenderPoolMetrics(const std::vector<PoolStats>& pools) {
+  std::string out;
+  out += "# HELP airlock_pool_size Warm pool target size per template.\n";
+  out += "# TYPE airlock_pool_size gauge\n";
+  for (const PoolStats& p : pools) {
+    out += "airlock_pool_size{template=\"" + p.template_name + "\"} " + std::to_string(p.size) +
+           "\n";
+  }
+  out += "# HELP airlock_pool_ready Pooled sandboxes ready to be claimed, per template.\n";
+  out += "# TYPE airlock_pool_ready gauge\n";
+  for (const PoolStats& p : pools) {
+    out += "airlock_pool_ready{template=\"" + p.template_name + "\"} " +
+           std::to_string(p.ready) + "\n";
+  }
+  out += "# HELP airlock_pool_claims_total Creates for a pooled template: served from the pool "
+         "(hit) or not (miss, with the reason).\n";
+  out += "# TYPE airlock_pool_claims_total counter\n";
+  for (const PoolStats& p : pools) {
+    const std::string t = "template=\"" + p.template_name + "\"";
+    out += "airlock_pool_claims_total{" + t + ",result=\"hit\"} " + std::to_string(p.hits) +
+           "\n";
+    for (const auto& [reason, n] : p.misses) {
+      out += "airlock_pool_claims_total{" + t + ",result=\"miss\",reason=\"" + reason + "\"} " +
+             std::to_string(n) + "\n";
+    }
+  }
+  return out;
+}
+
 void Histogram::Observe(std::chrono::nanoseconds elapsed) {
   const double seconds = std::chrono::duration<double>(elapsed).count();
   size_t i = 0;

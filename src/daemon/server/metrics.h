@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/error.h"
 
@@ -31,6 +32,23 @@ class Histogram {
   std::atomic<uint64_t> count_{0};
   std::atomic<uint64_t> sum_ns_{0};
 };
+
+// One warm pool at scrape time (the controller's counters and the store's ready count).
+struct PoolStats {
+  std::string template_name;
+  int64_t size = 0;
+  int64_t ready = 0;
+  uint64_t hits = 0;
+  std::map<std::string, uint64_t> misses;  // by reason: empty, disk, env, limits, error
+  uint64_t miss_total() const {
+    uint64_t n = 0;
+    for (const auto& [reason, count] : misses) n += count;
+    return n;
+  }
+};
+
+// airlock_pool_size, airlock_pool_ready and airlock_pool_claims_total, per template.
+std::string RenderPoolMetrics(const std::vector<PoolStats>& pools);
 
 class Metrics {
  public:

@@ -109,6 +109,14 @@ api::SandboxView ToView(const SandboxRecord& r) {
   return v;
 }
 
+api::PoolView ToPoolView(const PoolStats& p) {
+  return {.template_name = p.template_name,
+          .size = p.size,
+          .ready = p.ready,
+          .hits = p.hits,
+          .misses = p.miss_total()};
+}
+
 HttpReply SandboxReply(unsigned status, const Result<SandboxRecord>& record) {
   if (!record) return FromError(record.error());
   return {status, api::RenderSandbox(ToView(*record)), ""};
@@ -156,7 +164,9 @@ HttpReply Router::RenderMetrics() {
   if (!counts) return FromError(counts.error());
   std::map<std::string, int64_t> by_state;
   for (const auto& [state, n] : *counts) by_state[std::string(store::SandboxStateName(state))] = n;
-  return Bytes(metrics_.Render(by_state, controller_.expired_total()),
+  auto pools = controller_.Pools();
+  if (!pools) return FromError(pools.error());
+  return Bytes(metrics_.Render(by_state, controller_.expired_total()) + RenderPoolMetrics(*pools),
                "text/plain; version=0.0.4; charset=utf-8");
 }
 
@@ -187,6 +197,7 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
   }
 
   const std::vector<std::string_view> parts = SplitPath(path);
+  if (parts.size() >= 2 && parts[1] == "pools") return Pools(request, parts, raw_query);
   if (parts.size() < 2 || parts[1] != "sandboxes" || parts.size() > 6) return NotFoundRoute(path);
 
   if (parts.size() == 2) {  // /v1/sandboxes
@@ -293,6 +304,36 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
       break;
   }
   return NotFoundRoute(path);
+}
+
+HttpReply Router::Pools(const HttpRequest& request, std::span<const std::string_view> parts,
+                        std::string_view raw_query) {
+  const std::string_view method = request.method;
+  const std::string_view path = request.target.substr(0, request.target.find('?'));
+  if (parts.size() > 3) return NotFoundRoute(path);
+  const bool one = parts.size() == 3;
+  if (method != (one ? "PUT" : "GET")) return MethodNotAllowed(method, path, {one ? "PUT" : "GET"});
+  if (!raw_query.empty()) {
+    return FromError(Error(ErrorCode::kInvalidArgument, "this route takes no query string"));
+  }
+  if (!one) {  // GET /v1/pools
+    if (!request.body.empty()) {
+      return FromError(Error(ErrorCode::kInvalidArgument, "this call takes no request body"));
+    }
+    auto pools = controller_.Pools();
+    if (!pools) return FromError(pools.error());
+    std::vector<api::PoolView> views;
+    for (const PoolStats& p : *pools) views.push_back(ToPoolView(p));
+    return {200, api::RenderPoolList(views), ""};
+  }
+  // PUT /v1/pools/{template}: the name (400), then the body (400), then the template (404).
+  const std::string name(parts[2]);
+  if (auto st = api::CheckTemplateName(name); !st) return FromError(st.error());
+  auto size = api::PoolSizeRequest::FromJson(request.body);
+  if (!size) return FromError(size.error());
+  auto pool = controller_.SetPoolSize(name, size->size);
+  if (!pool) return FromError(pool.error());
+  return {200, api::RenderPool(ToPoolView(*pool)), ""};
 }
 
 HttpReply Router::Processes(const HttpRequest& request, const std::string& id,

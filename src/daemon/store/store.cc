@@ -52,11 +52,21 @@ CREATE TABLE api_keys (
   revoked       INTEGER NOT NULL CHECK (revoked IN (0, 1))
 ) STRICT;
 )sql",
+    // 2: warm pools. `pooled` marks a sandbox the pool filler made and nobody has claimed: the
+    // API never shows it. Pool sizes set through the API outlive a restart.
+    R"sql(
+ALTER TABLE sandboxes ADD COLUMN pooled INTEGER NOT NULL DEFAULT 0 CHECK (pooled IN (0, 1));
+CREATE INDEX sandboxes_pooled ON sandboxes (template_name, created_at_ms) WHERE pooled = 1;
+CREATE TABLE pools (
+  template_name TEXT PRIMARY KEY NOT NULL,
+  size          INTEGER NOT NULL CHECK (size >= 0)
+) STRICT;
+)sql",
 };
 
 constexpr std::string_view kColumns =
     "id, state, engine, template_name, cpus, memory_mb, pids_max, disk_mb, env, metadata, "
-    "created_at_ms, updated_at_ms, expires_at_ms, init_pid, resources, error";
+    "created_at_ms, updated_at_ms, expires_at_ms, init_pid, resources, error, pooled";
 
 int64_t RealtimeMs() {
   timespec ts{};
@@ -166,7 +176,8 @@ void BindRecord(Statement& stmt, const SandboxRecord& r, const EncodedColumns& e
       .Bind(13, r.expires_at_ms)
       .Bind(14, r.init_pid)
       .Bind(15, enc.resources)
-      .Bind(16, r.error);
+      .Bind(16, r.error)
+      .Bind(17, static_cast<int64_t>(r.pooled ? 1 : 0));
 }
 
 // Reads a row selected with kColumns.
@@ -196,6 +207,7 @@ Result<SandboxRecord> ReadRecord(const Statement& stmt) {
   if (!resources) return std::unexpected(std::move(resources.error()));
   r.resources = std::move(*resources);
   r.error = stmt.ColumnText(15);
+  r.pooled = stmt.ColumnInt(16) != 0;
   return r;
 }
 
@@ -279,7 +291,7 @@ Result<SandboxRecord> Store::Insert(SandboxRecord record) {
   std::lock_guard lock(mu_);
   record.created_at_ms = record.updated_at_ms = options_.now_ms();
   auto stmt = db_.Prepare("INSERT INTO sandboxes (" + std::string(kColumns) +
-                          ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+                          ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   if (!stmt) return std::unexpected(std::move(stmt.error()));
   BindRecord(*stmt, record, *enc);
   auto done = stmt->Run();  // autocommit: one statement, one durable transaction
@@ -317,6 +329,7 @@ Result<std::vector<SandboxRecord>> Store::List(const ListFilter& filter) {
     for (size_t i = 0; i < filter.states.size(); ++i) sql += i == 0 ? "?" : ",?";
     sql += ")";
   }
+  if (filter.pooled) sql += *filter.pooled ? " AND pooled = 1" : " AND pooled = 0";
   for (size_t i = 0; i < filter.metadata.size(); ++i) {
     sql +=
         " AND EXISTS (SELECT 1 FROM json_each(sandboxes.metadata) AS m"
@@ -352,7 +365,7 @@ Status Store::UpdateLocked(const SandboxRecord& record) {
       "UPDATE sandboxes SET state = ?2, engine = ?3, template_name = ?4, cpus = ?5, "
       "memory_mb = ?6, pids_max = ?7, disk_mb = ?8, env = ?9, metadata = ?10, "
       "created_at_ms = ?11, updated_at_ms = ?12, expires_at_ms = ?13, init_pid = ?14, "
-      "resources = ?15, error = ?16 WHERE id = ?1");
+      "resources = ?15, error = ?16, pooled = ?17 WHERE id = ?1");
   if (!stmt) return std::unexpected(std::move(stmt.error()));
   BindRecord(*stmt, record, *enc);
   auto done = stmt->Run();
@@ -478,7 +491,7 @@ Result<std::vector<std::string>> Store::Expired(int64_t now_ms) {
   std::lock_guard lock(mu_);
   auto stmt = db_.Prepare(
       "SELECT id FROM sandboxes WHERE expires_at_ms > 0 AND expires_at_ms <= ? "
-      "AND state NOT IN ('destroying', 'destroyed') ORDER BY expires_at_ms, rowid");
+      "AND state NOT IN ('destroying', 'destroyed') AND pooled = 0 ORDER BY expires_at_ms, rowid");
   if (!stmt) return std::unexpected(std::move(stmt.error()));
   stmt->Bind(1, now_ms);
   std::vector<std::string> ids;
@@ -495,7 +508,7 @@ Result<std::map<SandboxState, int64_t>> Store::CountByState() {
   std::map<SandboxState, int64_t> counts;
   for (SandboxState s : kAllSandboxStates) counts[s] = 0;
   std::lock_guard lock(mu_);
-  auto stmt = db_.Prepare("SELECT state, count(*) FROM sandboxes GROUP BY state");
+  auto stmt = db_.Prepare("SELECT state, count(*) FROM sandboxes WHERE pooled = 0 GROUP BY state");
   if (!stmt) return std::unexpected(std::move(stmt.error()));
   while (true) {
     auto row = stmt->Step();
@@ -506,6 +519,98 @@ Result<std::map<SandboxState, int64_t>> Store::CountByState() {
     counts[*state] = stmt->ColumnInt(1);
   }
   return counts;
+}
+
+Result<std::optional<SandboxRecord>> Store::TakePooled(
+    std::string_view template_name, bool claim, const std::function<void(SandboxRecord&)>& mutate) {
+  std::lock_guard lock(mu_);
+  // The select and the update share one write transaction, so two callers never take the same
+  // record: the second sees it no longer pooled / running.
+  auto tx = Transaction::Begin(db_);
+  if (!tx) return std::unexpected(std::move(tx.error()));
+  auto stmt = db_.Prepare(
+      "SELECT id FROM sandboxes WHERE pooled = 1 AND state = 'running' AND template_name = ? "
+      "ORDER BY created_at_ms, rowid LIMIT 1");
+  if (!stmt) return std::unexpected(std::move(stmt.error()));
+  stmt->Bind(1, template_name);
+  auto row = stmt->Step();
+  if (!row) return std::unexpected(std::move(row.error()).Wrap("finding a pooled sandbox"));
+  if (!*row) return std::optional<SandboxRecord>();
+  const std::string id = stmt->ColumnText(0);
+  auto record = GetLocked(id);
+  if (!record) return std::unexpected(std::move(record.error()));
+  SandboxRecord updated = *record;
+  if (claim) {
+    if (mutate) mutate(updated);
+    updated.state = SandboxState::kRunning;
+    updated.pooled = false;
+    // For its user the sandbox is created now, by their request.
+    updated.created_at_ms = options_.now_ms();
+  } else {
+    // Still pooled, so that the API never sees it on its way out.
+    updated.state = SandboxState::kDestroying;
+    updated.pooled = true;
+  }
+  updated.id = record->id;
+  updated.template_name = record->template_name;
+  auto committed = CommitEdit(*tx, std::move(updated));
+  if (!committed) return std::unexpected(std::move(committed.error()));
+  return std::optional<SandboxRecord>(std::move(*committed));
+}
+
+Result<std::optional<SandboxRecord>> Store::ClaimPooled(
+    std::string_view template_name, const std::function<void(SandboxRecord&)>& mutate) {
+  return TakePooled(template_name, /*claim=*/true, mutate);
+}
+
+Result<std::optional<SandboxRecord>> Store::TakePooledForDestroy(std::string_view template_name) {
+  return TakePooled(template_name, /*claim=*/false, {});
+}
+
+Result<std::map<std::string, int64_t>> Store::CountPooledReady() {
+  std::lock_guard lock(mu_);
+  auto stmt = db_.Prepare(
+      "SELECT template_name, count(*) FROM sandboxes WHERE pooled = 1 AND state = 'running' "
+      "GROUP BY template_name");
+  if (!stmt) return std::unexpected(std::move(stmt.error()));
+  std::map<std::string, int64_t> counts;
+  while (true) {
+    auto row = stmt->Step();
+    if (!row) return std::unexpected(std::move(row.error()).Wrap("counting pooled sandboxes"));
+    if (!*row) break;
+    counts[stmt->ColumnText(0)] = stmt->ColumnInt(1);
+  }
+  return counts;
+}
+
+Status Store::SetPoolSize(std::string_view template_name, int64_t size) {
+  if (size < 0) return Fail(ErrorCode::kInvalidArgument, "a pool size must not be negative");
+  std::lock_guard lock(mu_);
+  auto stmt = db_.Prepare(
+      "INSERT INTO pools (template_name, size) VALUES (?, ?) "
+      "ON CONFLICT (template_name) DO UPDATE SET size = excluded.size");
+  if (!stmt) return std::unexpected(std::move(stmt.error()));
+  stmt->Bind(1, template_name).Bind(2, size);
+  auto done = stmt->Run();
+  if (!done) {
+    return std::unexpected(
+        std::move(done.error()).Wrap("recording the pool size of " + std::string(template_name)));
+  }
+  return {};
+}
+
+Result<std::map<std::string, int64_t>> Store::PoolSizes() {
+  std::lock_guard lock(mu_);
+  auto stmt = db_.Prepare("SELECT template_name, size FROM pools ORDER BY template_name");
+  if (!stmt) return std::unexpected(std::move(stmt.error()));
+  std::map<std::string, int64_t> sizes;
+  while (true) {
+    auto row = stmt->Step();
+    if (!row) return std::unexpected(std::move(row.error()).Wrap("reading pool sizes"));
+    if (!*row) break;
+    sizes[stmt->ColumnText(0)] = stmt->ColumnInt(1);
+  }
+  return sizes;
 }
 
 Status Store::CheckIntegrity() {

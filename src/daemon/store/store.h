@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -50,12 +51,16 @@ struct SandboxRecord {
   int64_t init_pid = 0;                          // host pid of the sandbox's init; 0 = none
   std::map<std::string, std::string> resources;  // what the engine made (cgroup dirs, uid base)
   std::string error;                             // why it failed / could not be recovered
+  // Made by the warm-pool filler and not claimed by a create yet (docs/design/pools.md). The
+  // API never shows such a record; a claim clears the flag.
+  bool pooled = false;
   bool operator==(const SandboxRecord&) const = default;
 };
 
 struct ListFilter {
   std::vector<SandboxState> states;                           // any of these; empty = every state
   std::vector<std::pair<std::string, std::string>> metadata;  // key == value, all ANDed
+  std::optional<bool> pooled;  // only pooled / only unpooled records; nullopt = both
 };
 
 struct KeyInfo {
@@ -136,8 +141,28 @@ class Store {
   // Ids whose deadline is set and <= now_ms, not already destroying or destroyed; oldest
   // deadline first. The reaper destroys them.
   [[nodiscard]] Result<std::vector<std::string>> Expired(int64_t now_ms);
-  // Number of records in each state, every state present (for /metrics).
+  // Number of records in each state, every state present (for /metrics). Pooled records are
+  // not counted (the pool metrics show them).
   [[nodiscard]] Result<std::map<SandboxState, int64_t>> CountByState();
+
+  // --- Warm pools (docs/design/pools.md) ---------------------------------------------------
+
+  // Claims the oldest ready pooled sandbox of `template_name` (pooled, running): in one
+  // transaction it stops being pooled, `mutate` gives it the caller's settings (id, state and
+  // template are kept) and created_at becomes now. nullopt when the pool has none ready. Two
+  // callers never get the same record.
+  [[nodiscard]] Result<std::optional<SandboxRecord>> ClaimPooled(
+      std::string_view template_name, const std::function<void(SandboxRecord&)>& mutate);
+  // Moves the oldest ready pooled sandbox of `template_name` to destroying (still pooled, so
+  // still hidden), for shrinking a pool; nullopt when there is none.
+  [[nodiscard]] Result<std::optional<SandboxRecord>> TakePooledForDestroy(
+      std::string_view template_name);
+  // Ready pooled sandboxes (pooled, running) per template; templates with none are absent.
+  [[nodiscard]] Result<std::map<std::string, int64_t>> CountPooledReady();
+  // The pool size set through the API for `template_name` (kept across restarts).
+  [[nodiscard]] Status SetPoolSize(std::string_view template_name, int64_t size);
+  // Every pool size recorded by SetPoolSize.
+  [[nodiscard]] Result<std::map<std::string, int64_t>> PoolSizes();
 
   // --- API keys (api_keys.cc) ------------------------------------------------------------
 
@@ -170,6 +195,10 @@ class Store {
   // Get, check the state is not destroyed, edit, write: one transaction.
   [[nodiscard]] Result<SandboxRecord> EditUnlessDestroyed(
       std::string_view id, const std::function<void(SandboxRecord&)>& edit);
+  // ClaimPooled (`claim`) and TakePooledForDestroy.
+  [[nodiscard]] Result<std::optional<SandboxRecord>> TakePooled(
+      std::string_view template_name, bool claim,
+      const std::function<void(SandboxRecord&)>& mutate);
   [[nodiscard]] Result<KeyInfo> InsertKeyLocked(std::string_view name, std::string_view hash_hex,
                                                 bool admin);
 

@@ -356,12 +356,19 @@ Status ApplyV1Limits(const std::map<std::string, std::string>& dirs, const Cgrou
                      bool plain) {
   const std::string& memory = dirs.at("memory");
   std::string bytes = std::to_string(limits.memory_bytes);
-  // memory first: memsw may never be below it. Equal means no swap.
-  if (auto st = WriteValue(memory + "/memory.limit_in_bytes", bytes, plain); !st) return st;
-  if (plain || PathExists(memory + "/memory.memsw.limit_in_bytes")) {
-    if (auto st = WriteValue(memory + "/memory.memsw.limit_in_bytes", bytes, plain); !st) {
-      return st;
-    }
+  // memsw may never be below memory.limit_in_bytes; equal means no swap. Lowering (and a new
+  // cgroup, whose memsw is unlimited) writes memory first; raising a live one must write memsw
+  // first, which the kernel tells us with EINVAL.
+  const std::string limit_file = memory + "/memory.limit_in_bytes";
+  const std::string memsw_file = memory + "/memory.memsw.limit_in_bytes";
+  const bool has_memsw = plain || PathExists(memsw_file);
+  Status first = WriteValue(limit_file, bytes, plain);
+  if (!first && !(has_memsw && first.error().sys_errno() == EINVAL)) return first;
+  if (has_memsw) {
+    if (auto st = WriteValue(memsw_file, bytes, plain); !st) return st;
+  }
+  if (!first) {
+    if (auto st = WriteValue(limit_file, bytes, plain); !st) return st;
   }
   const std::string& cpu = dirs.at("cpu");
   if (auto st = WriteValue(cpu + "/cpu.cfs_period_us", std::to_string(kCpuPeriodUs), plain); !st) {
@@ -494,6 +501,14 @@ Result<SandboxCgroup> SandboxCgroup::Create(const CgroupLayout& layout, std::str
   if (!applied) return std::unexpected(std::move(applied.error()).Wrap(context));
   remove_made.Dismiss();
   return cgroup;
+}
+
+Status SandboxCgroup::SetLimits(const CgroupLimits& limits) const {
+  if (auto valid = ValidateLimits(limits); !valid) return valid;
+  if (dirs_.empty()) return Fail(ErrorCode::kFailedPrecondition, "sandbox cgroup has no dirs");
+  const bool plain = !IsCgroupFs(dirs_.front());
+  return version_ == CgroupVersion::kV2 ? ApplyV2Limits(dirs_.front(), limits, plain)
+                                        : ApplyV1Limits(by_controller_, limits, plain);
 }
 
 Status SandboxCgroup::AddProcess(pid_t pid) const {

@@ -54,6 +54,9 @@ class SandboxCgroup {
   // even when some or all are gone (Destroy is then a no-op for those).
   static SandboxCgroup Open(const CgroupLayout& layout, std::string_view id);
 
+  // Changes the limits of an existing cgroup (its processes keep running). Lowering memory
+  // below what the cgroup uses now fails (EBUSY) once the kernel cannot reclaim enough.
+  [[nodiscard]] Status SetLimits(const CgroupLimits& limits) const;
   // Moves `pid` (0: the caller) into the sandbox's cgroup(s), every hierarchy.
   [[nodiscard]] Status AddProcess(pid_t pid) const;
   [[nodiscard]] Status Freeze() const;

@@ -457,6 +457,14 @@ Status JailRuntime::Destroy(const std::string& id) {
   return TearDown(id, 0, uid_base, SandboxCgroup::Open(layout_, id));
 }
 
+Status JailRuntime::UpdateLimits(const std::string& id, const runtime::Limits& limits) {
+  std::lock_guard lock(mu_);
+  auto it = live_.find(id);
+  if (it == live_.end()) return Fail(ErrorCode::kNotFound, "sandbox " + id + " does not exist");
+  CgroupLimits cgroup_limits{limits.cpus, limits.memory_mb << 20, limits.pids_max};
+  return WithContext(it->second.cgroup.SetLimits(cgroup_limits), "changing the limits of " + id);
+}
+
 Status JailRuntime::Pause(const std::string& id) {
   std::lock_guard lock(mu_);
   auto it = live_.find(id);

@@ -44,6 +44,7 @@ class JailRuntime : public runtime::Runtime {
   Result<UniqueFd> ConnectAgent(const std::string& id) override;
   Result<runtime::SandboxInfo> Adopt(const std::string& id, pid_t init_pid, bool paused) override;
   Result<std::vector<std::string>> ListSandboxes() override;
+  Status UpdateLimits(const std::string& id, const runtime::Limits& limits) override;
   Status Pause(const std::string& id) override;
   Status Resume(const std::string& id) override;
   Status Checkpoint(const std::string& id, const std::string& dir) override;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <map>
 #include <string>
 
 #include "daemon/server/config.h"
@@ -13,6 +14,8 @@ namespace {
 using airlock::daemon::Config;
 using airlock::daemon::Metrics;
 using airlock::daemon::OnShutdown;
+using airlock::daemon::PoolStats;
+using airlock::daemon::RenderPoolMetrics;
 
 TEST(ConfigTest, DefaultsAreTheDocumentedOnes) {
   Config c;
@@ -81,6 +84,52 @@ TEST(ConfigTest, FlagsUseDashesAndTheSameRules) {
   EXPECT_EQ(c.on_shutdown, OnShutdown::kDestroy);
   EXPECT_FALSE(c.Set("on-shutdown", "later"));
   EXPECT_FALSE(c.Set("nope", "1"));
+}
+
+TEST(ConfigTest, PoolSizesAreDottedKeysPerTemplate) {
+  Config c;
+  EXPECT_TRUE(c.pools.empty());
+  auto st = c.ApplyFile("pool.base = 4\npool.py-3.11 = 0  # off\n");
+  ASSERT_TRUE(st) << st.error().message();
+  // The dashes of a template's name are kept (only a key's own dashes become underscores).
+  EXPECT_EQ(c.pools, (std::map<std::string, int>{{"base", 4}, {"py-3.11", 0}}));
+  // A flag (--pool.base 2) uses the same rule and overrides the file.
+  EXPECT_TRUE(c.Set("pool.base", "2"));
+  EXPECT_EQ(c.pools.at("base"), 2);
+  EXPECT_TRUE(c.Set("pool.base", "256"));
+
+  const std::pair<const char*, const char*> bad[] = {
+      {"pool.base", "-1"},   {"pool.base", "257"},   {"pool.base", "4x"},
+      {"pool.base", "\"4\""}, {"pool.", "1"},       {"pool.Base", "1"},
+      {"pool.a/b", "1"},     {"pool.base", ""},
+  };
+  for (const auto& [key, value] : bad) {
+    Config fresh;
+    EXPECT_FALSE(fresh.Set(key, value)) << key << " = " << value;
+    EXPECT_TRUE(fresh.pools.empty()) << key << " = " << value;
+  }
+  Config twice;
+  auto repeated = twice.ApplyFile("pool.base = 1\npool.base = 2\n");
+  ASSERT_FALSE(repeated);
+  EXPECT_NE(repeated.error().message().find("line 2: pool.base is set twice"), std::string::npos);
+}
+
+TEST(MetricsTest, PoolSeriesPerTemplate) {
+  PoolStats p;
+  p.template_name = "base";
+  p.size = 4;
+  p.ready = 3;
+  p.hits = 7;
+  p.misses = {{"empty", 2}, {"disk", 1}};
+  const std::string text = "\n" + RenderPoolMetrics({p});
+  EXPECT_NE(text.find("\nairlock_pool_size{template=\"base\"} 4\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\nairlock_pool_ready{template=\"base\"} 3\n"), std::string::npos);
+  EXPECT_NE(text.find("\nairlock_pool_claims_total{template=\"base\",result=\"hit\"} 7\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("\nairlock_pool_claims_total{template=\"base\",result=\"miss\","
+                      "reason=\"empty\"} 2\n"),
+            std::string::npos);
+  EXPECT_EQ(p.miss_total(), 3u);
 }
 
 // The value of the sample line that starts with `series` (-1 when absent).

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <random>
 #include <set>
 #include <sstream>
@@ -826,6 +827,134 @@ TEST_F(AdminKeyTest, MalformedFileOrSymlinkIsRefused) {
   ASSERT_FALSE(state.has_value());
   EXPECT_EQ(state.error().code(), ErrorCode::kFailedPrecondition);
   EXPECT_TRUE(store_->ListKeys()->empty());
+}
+
+// --- Warm pools ------------------------------------------------------------------------------
+
+// A ready pooled record: made by the filler (pooled), then running.
+SandboxRecord Pooled(Store& store, const std::string& id, const std::string& template_name) {
+  SandboxRecord r;
+  r.id = id;
+  r.engine = "jail";
+  r.template_name = template_name;
+  r.pooled = true;
+  AIRLOCK_CHECK(store.Insert(r).has_value());
+  auto running = store.Transition(id, {}, S::kRunning);
+  AIRLOCK_CHECK(running.has_value());
+  return *running;
+}
+
+TEST_F(StoreTest, PooledRecordsAreKeptApartFromTheOthers) {
+  Pooled(*store_, "sbx-pool1", "base");
+  InState("sbx-user1", S::kRunning);
+  auto got = store_->Get("sbx-pool1");
+  ASSERT_TRUE(got.has_value());
+  EXPECT_TRUE(got->pooled);
+  EXPECT_EQ(got->expires_at_ms, 0);
+  Reopen();  // the flag is durable
+  EXPECT_TRUE(store_->Get("sbx-pool1")->pooled);
+  EXPECT_FALSE(store_->Get("sbx-user1")->pooled);
+
+  auto unpooled = store_->List({.pooled = false});
+  ASSERT_TRUE(unpooled.has_value());
+  ASSERT_EQ(unpooled->size(), 1u);
+  EXPECT_EQ((*unpooled)[0].id, "sbx-user1");
+  auto pooled = store_->List({.pooled = true});
+  ASSERT_EQ(pooled->size(), 1u);
+  EXPECT_EQ((*pooled)[0].id, "sbx-pool1");
+  EXPECT_EQ(store_->List()->size(), 2u);  // recovery sees both
+
+  // The state gauge counts the user's sandboxes only; the pool has its own.
+  EXPECT_EQ((*store_->CountByState())[S::kRunning], 1);
+  EXPECT_EQ(*store_->CountPooledReady(), (std::map<std::string, int64_t>{{"base", 1}}));
+}
+
+TEST_F(StoreTest, ClaimTakesTheOldestReadyPooledRecordOnce) {
+  Pooled(*store_, "sbx-old", "base");
+  now_ += 10;
+  Pooled(*store_, "sbx-new", "base");
+  Pooled(*store_, "sbx-other", "py");
+  ASSERT_TRUE(store_->Insert({.id = "sbx-making", .template_name = "base", .pooled = true}));
+
+  auto claimed = store_->ClaimPooled("base", [](SandboxRecord& r) {
+    r.metadata = {{"team", "ml"}};
+    r.env = {"A=1"};
+    r.expires_at_ms = kT0 + 60'000;
+    r.limits.memory_mb = 256;
+    r.id = "sbx-hijack";  // ignored: the id is kept
+    r.template_name = "py";  // and the template
+  });
+  ASSERT_TRUE(claimed.has_value()) << claimed.error().message();
+  ASSERT_TRUE(claimed->has_value());
+  EXPECT_EQ((*claimed)->id, "sbx-old");
+  EXPECT_EQ((*claimed)->template_name, "base");
+  EXPECT_FALSE((*claimed)->pooled);
+  EXPECT_EQ((*claimed)->state, S::kRunning);
+  EXPECT_EQ(*store_->Get("sbx-old"), **claimed);  // committed as returned
+  EXPECT_EQ(store_->Get("sbx-old")->metadata.at("team"), "ml");
+  EXPECT_EQ(store_->Get("sbx-old")->expires_at_ms, kT0 + 60'000);
+
+  auto second = store_->ClaimPooled("base", {});
+  ASSERT_TRUE(second.has_value() && second->has_value());
+  EXPECT_EQ((*second)->id, "sbx-new");
+  // A record still being made (creating) is never handed out.
+  auto none = store_->ClaimPooled("base", {});
+  ASSERT_TRUE(none.has_value());
+  EXPECT_FALSE(none->has_value());
+  EXPECT_EQ(*store_->CountPooledReady(), (std::map<std::string, int64_t>{{"py", 1}}));
+}
+
+TEST_F(StoreTest, ConcurrentClaimsNeverShareARecord) {
+  for (int i = 0; i < 8; ++i) Pooled(*store_, "sbx-c" + std::to_string(i), "base");
+  std::mutex mu;
+  std::multiset<std::string> got;
+  int empty = 0;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 16; ++t) {
+    threads.emplace_back([&] {
+      auto claimed = store_->ClaimPooled("base", {});
+      ASSERT_TRUE(claimed.has_value()) << claimed.error().message();
+      std::lock_guard lock(mu);
+      if (*claimed) {
+        got.insert((*claimed)->id);
+      } else {
+        ++empty;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(got.size(), 8u);
+  EXPECT_EQ(std::set<std::string>(got.begin(), got.end()).size(), 8u);
+  EXPECT_EQ(empty, 8);
+}
+
+TEST_F(StoreTest, TakeForDestroyKeepsTheRecordHidden) {
+  Pooled(*store_, "sbx-shrink", "base");
+  auto taken = store_->TakePooledForDestroy("base");
+  ASSERT_TRUE(taken.has_value() && taken->has_value());
+  EXPECT_EQ((*taken)->state, S::kDestroying);
+  EXPECT_TRUE((*taken)->pooled);
+  EXPECT_FALSE(store_->ClaimPooled("base", {})->has_value());
+  EXPECT_FALSE(store_->TakePooledForDestroy("base")->has_value());
+  ASSERT_TRUE(store_->Transition("sbx-shrink", {}, S::kDestroyed).has_value());
+  EXPECT_TRUE(store_->List({.pooled = false})->empty());
+}
+
+TEST_F(StoreTest, ExpiredNeverNamesAPooledRecord) {
+  Pooled(*store_, "sbx-pooled", "base");
+  // Only a claim sets a deadline; even a stray one does not make the reaper take it.
+  ASSERT_TRUE(store_->UpdateTtl("sbx-pooled", kT0 - 1).has_value());
+  EXPECT_TRUE(store_->Expired(kT0)->empty());
+}
+
+TEST_F(StoreTest, PoolSizesAreDurableAndValidated) {
+  EXPECT_TRUE(store_->PoolSizes()->empty());
+  ASSERT_TRUE(store_->SetPoolSize("base", 4).has_value());
+  ASSERT_TRUE(store_->SetPoolSize("py", 0).has_value());
+  ASSERT_TRUE(store_->SetPoolSize("base", 2).has_value());  // replaces
+  EXPECT_EQ(store_->SetPoolSize("base", -1).error().code(), ErrorCode::kInvalidArgument);
+  Reopen();
+  EXPECT_EQ(*store_->PoolSizes(), (std::map<std::string, int64_t>{{"base", 2}, {"py", 0}}));
 }
 
 }  // namespace

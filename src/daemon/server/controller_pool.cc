@@ -1,0 +1,281 @@
+// Warm pools: sandboxes made ahead of time per template, claimed by creates
+// (docs/design/pools.md). The Controller's other half is controller.cc.
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "common/log.h"
+#include "daemon/server/controller.h"
+
+namespace airlock::daemon {
+namespace {
+
+using store::SandboxRecord;
+
+// What the filler creates with. A request that asks for something else that the engine cannot
+// change on a live sandbox takes the cold path.
+const runtime::Limits kPoolLimits{};
+
+// Miss reasons, each a label value of airlock_pool_claims_total.
+constexpr const char* kMissEmpty = "empty";    // no pooled sandbox was ready
+constexpr const char* kMissDisk = "disk";      // the request's disk / tmp / nofile differ
+constexpr const char* kMissLimits = "limits";  // the engine refused the request's limits
+constexpr const char* kMissEnv = "env";        // the env is too big to send with every command
+constexpr const char* kMissError = "error";    // the store or the pooled sandbox failed
+constexpr const char* kMissReasons[] = {kMissEmpty, kMissDisk, kMissLimits, kMissEnv, kMissError};
+
+// A claimed sandbox's env travels with every command (its agent started without it), and a
+// command's message is at most protocol::kMaxPayload (1 MiB) with the command's own env in it;
+// a bigger sandbox env takes the cold path, where the agent gets it once at start.
+constexpr size_t kMaxClaimedEnvBytes = 256 * 1024;
+
+// The filler's pause after an engine error; doubles up to the cap while errors go on.
+constexpr auto kFirstBackoff = std::chrono::milliseconds(500);
+constexpr auto kMaxBackoff = std::chrono::seconds(30);
+// How often an idle filler looks again even when nothing woke it (a pooled sandbox that died
+// is noticed by recovery only; this is for sizes that changed without a wake-up).
+constexpr auto kIdlePoll = std::chrono::seconds(1);
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t DeadlineMs(int64_t ttl_seconds) { return NowMs() + ttl_seconds * 1000; }
+
+}  // namespace
+
+void Controller::CountMiss(const std::string& template_name, const std::string& reason) {
+  std::lock_guard lock(pool_mu_);
+  ++pools_[template_name].misses[reason];
+}
+
+std::optional<Result<SandboxRecord>> Controller::ClaimFromPool(
+    const api::CreateSandboxRequest& request) {
+  const std::string& name = request.template_name;
+  {
+    std::lock_guard lock(pool_mu_);
+    auto it = pools_.find(name);
+    if (it == pools_.end() || it->second.size == 0) return std::nullopt;  // no pool: no miss
+  }
+  // The writable layer, /tmp and RLIMIT_NOFILE are fixed when the sandbox is made.
+  if (request.limits.disk_mb != kPoolLimits.disk_mb ||
+      request.limits.tmp_mb != kPoolLimits.tmp_mb || request.limits.nofile != kPoolLimits.nofile) {
+    CountMiss(name, kMissDisk);
+    return std::nullopt;
+  }
+  const std::vector<std::string> env = api::EnvList(request.env);
+  size_t env_bytes = 0;
+  for (const std::string& kv : env) env_bytes += kv.size() + 1;
+  if (env_bytes > kMaxClaimedEnvBytes) {
+    CountMiss(name, kMissEnv);
+    return std::nullopt;
+  }
+  // One transaction: the record stops being pooled and takes the request's settings, so no
+  // other create can have it and a crash after it leaves a normal running sandbox.
+  auto claimed = store_.ClaimPooled(name, [&](SandboxRecord& r) {
+    r.limits = {.cpus = request.limits.cpus,
+                .memory_mb = static_cast<int64_t>(request.limits.memory_mb),
+                .pids_max = static_cast<int64_t>(request.limits.pids_max),
+                .disk_mb = static_cast<int64_t>(request.limits.disk_mb)};
+    r.env = env;
+    r.metadata = request.metadata;
+    r.expires_at_ms = DeadlineMs(request.ttl_seconds);
+    // Recovery must know that this agent lacks the env and the controller sends it.
+    r.resources.try_emplace(kEnvPerCommand, "yes");
+  });
+  {
+    std::lock_guard lock(pool_mu_);
+    pool_wake_ = true;  // refill, whatever happened
+  }
+  pool_cv_.notify_all();
+  if (!claimed) {
+    spdlog::error("pool {}: claiming: {}", name, claimed.error().message());
+    CountMiss(name, kMissError);
+    return std::nullopt;
+  }
+  if (!*claimed) {
+    CountMiss(name, kMissEmpty);
+    return std::nullopt;
+  }
+  SandboxRecord& record = **claimed;
+  const std::string id = record.id;
+  // Gives the sandbox up and sends the create down the cold path.
+  auto abandon = [&](const char* reason, const std::string& why) {
+    spdlog::warn("pool {}: {} claimed but {}; destroying it", name, id, why);
+    if (auto st = DestroySandbox(id, /*allow_pooled=*/true); !st) {
+      spdlog::error("pool {}: {}", name, st.error().message());
+    }
+    CountMiss(name, reason);
+    return std::nullopt;
+  };
+  std::shared_ptr<Live> live = FindLive(id);
+  if (!live) return abandon(kMissError, "it is not held by this daemon");
+  const bool same_limits = request.limits.cpus == kPoolLimits.cpus &&
+                           request.limits.memory_mb == kPoolLimits.memory_mb &&
+                           request.limits.pids_max == kPoolLimits.pids_max;
+  if (!same_limits) {
+    if (auto st = runtime_.UpdateLimits(id, request.limits); !st) {
+      return abandon(kMissLimits, st.error().message());
+    }
+  }
+  {
+    std::lock_guard lock(live->channels_mu);
+    live->env = env;
+  }
+  {
+    std::lock_guard lock(pool_mu_);
+    ++pools_[name].hits;
+  }
+  spdlog::info("created {} from the {} pool", id, name);
+  return Result<SandboxRecord>(std::move(record));
+}
+
+Status Controller::ConfigurePools(const std::map<std::string, int>& configured) {
+  auto stored = store_.PoolSizes();
+  if (!stored) return std::unexpected(stored.error().Wrap("reading pool sizes"));
+  std::map<std::string, int64_t> sizes(configured.begin(), configured.end());
+  for (const auto& [name, size] : *stored) sizes[name] = size;  // set through the API: it wins
+  for (const auto& [name, size] : sizes) {
+    if (!runtime_.HasTemplate(name)) {
+      return Fail(ErrorCode::kNotFound,
+                  "pool." + name + ": template '" + name + "' does not exist");
+    }
+  }
+  std::lock_guard lock(pool_mu_);
+  for (const auto& [name, size] : sizes) {
+    Pool& pool = pools_[name];
+    pool.size = size;
+    for (const char* reason : kMissReasons) pool.misses.try_emplace(reason, 0);
+    spdlog::info("pool {}: size {}", name, size);
+  }
+  return {};
+}
+
+Result<PoolStats> Controller::SetPoolSize(const std::string& template_name, int64_t size) {
+  if (!runtime_.HasTemplate(template_name)) {
+    return Fail(ErrorCode::kNotFound, "template '" + template_name + "' does not exist");
+  }
+  if (auto st = store_.SetPoolSize(template_name, size); !st) return std::unexpected(st.error());
+  {
+    std::lock_guard lock(pool_mu_);
+    Pool& pool = pools_[template_name];
+    pool.size = size;
+    for (const char* reason : kMissReasons) pool.misses.try_emplace(reason, 0);
+    pool_wake_ = pool_resized_ = true;
+  }
+  pool_cv_.notify_all();
+  spdlog::info("pool {}: size set to {}", template_name, size);
+  auto all = Pools();
+  if (!all) return std::unexpected(all.error());
+  for (PoolStats& p : *all) {
+    if (p.template_name == template_name) return std::move(p);
+  }
+  Panic("SetPoolSize: the pool just set is missing");
+}
+
+Result<std::vector<PoolStats>> Controller::Pools() {
+  auto ready = store_.CountPooledReady();
+  if (!ready) return std::unexpected(ready.error());
+  std::vector<PoolStats> out;
+  std::lock_guard lock(pool_mu_);
+  for (const auto& [name, pool] : pools_) {
+    PoolStats p;
+    p.template_name = name;
+    p.size = pool.size;
+    auto it = ready->find(name);
+    p.ready = it == ready->end() ? 0 : it->second;
+    p.hits = pool.hits;
+    p.misses = pool.misses;
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+Result<bool> Controller::FillStep() {
+  std::map<std::string, int64_t> sizes;
+  {
+    std::lock_guard lock(pool_mu_);
+    for (const auto& [name, pool] : pools_) sizes[name] = pool.size;
+  }
+  auto ready = store_.CountPooledReady();
+  if (!ready) return std::unexpected(ready.error());
+  // Templates with ready sandboxes but no size (a pool dropped from the config) shrink to 0.
+  for (const auto& [name, n] : *ready) sizes.try_emplace(name, 0);
+  for (const auto& [name, size] : sizes) {
+    auto it = ready->find(name);
+    const int64_t have = it == ready->end() ? 0 : it->second;
+    if (have > size) {
+      auto taken = store_.TakePooledForDestroy(name);
+      if (!taken) return std::unexpected(taken.error());
+      if (!*taken) continue;  // claimed meanwhile
+      const std::string id = (*taken)->id;
+      std::shared_ptr<Live> live = FindLive(id);
+      std::unique_lock<std::mutex> lock;
+      if (live) lock = std::unique_lock(live->lifecycle_mu);
+      if (auto st = FinishDestroy(id); !st) return std::unexpected(st.error());
+      return true;
+    }
+  }
+  // Grow after shrinking, and the emptiest pool first, so one busy template does not keep the
+  // others empty.
+  std::string neediest;
+  double fill = 1;
+  for (const auto& [name, size] : sizes) {
+    auto it = ready->find(name);
+    const int64_t have = it == ready->end() ? 0 : it->second;
+    if (size > 0 && have < size && static_cast<double>(have) / static_cast<double>(size) < fill) {
+      fill = static_cast<double>(have) / static_cast<double>(size);
+      neediest = name;
+    }
+  }
+  if (neediest.empty()) return false;
+  api::CreateSandboxRequest request;
+  request.template_name = neediest;
+  request.limits = kPoolLimits;
+  auto made = CreateSandbox(request, /*pooled=*/true);
+  if (!made) return std::unexpected(made.error().Wrap("filling the " + neediest + " pool"));
+  return true;
+}
+
+void Controller::StartPoolFiller() {
+  filler_ = std::thread([this] {
+    std::chrono::milliseconds backoff{0};
+    std::unique_lock lock(pool_mu_);
+    while (!pool_stop_) {
+      lock.unlock();
+      auto worked = FillStep();
+      lock.lock();
+      if (!worked) {
+        // Logged once per run of errors: an engine that cannot create must not flood the log.
+        if (backoff.count() == 0) {
+          spdlog::error("pool: {}; retrying with backoff", worked.error().message());
+        }
+        backoff = std::min<std::chrono::milliseconds>(
+            kMaxBackoff, backoff.count() == 0 ? kFirstBackoff : backoff * 2);
+        pool_cv_.wait_for(lock, backoff, [this] { return pool_stop_ || pool_resized_; });
+        pool_resized_ = false;
+        continue;
+      }
+      if (backoff.count() != 0) spdlog::info("pool: working again");
+      backoff = std::chrono::milliseconds(0);
+      if (!*worked) {
+        pool_cv_.wait_for(lock, kIdlePoll, [this] { return pool_stop_ || pool_wake_; });
+        pool_wake_ = false;
+      }
+    }
+  });
+}
+
+void Controller::StopPoolFiller() {
+  {
+    std::lock_guard lock(pool_mu_);
+    pool_stop_ = true;
+  }
+  pool_cv_.notify_all();
+  if (filler_.joinable()) filler_.join();
+}
+
+}  // namespace airlock::daemon
