@@ -66,7 +66,12 @@ void OutputRing::Append(p::OutputFd fd, std::string_view data) {
   if (!chunks_.empty() && chunks_.back().fd == fd && chunks_.back().data.size() < kReadChunk) {
     chunks_.back().data.append(data);
   } else {
-    chunks_.push_back(Chunk{end_, fd, std::string(data)});
+    // The buffer of the last chunk dropped is reused: a process that writes without end does
+    // not make the agent allocate and free for every chunk.
+    std::string buffer = std::move(spare_);
+    spare_ = std::string();
+    buffer.assign(data);
+    chunks_.push_back(Chunk{end_, fd, std::move(buffer)});
   }
   end_ += data.size();
   while (end_ - start_ > capacity_) {
@@ -74,6 +79,7 @@ void OutputRing::Append(p::OutputFd fd, std::string_view data) {
     const uint64_t excess = end_ - start_ - capacity_;
     if (first.data.size() <= excess) {
       start_ += first.data.size();
+      if (first.data.capacity() > spare_.capacity()) spare_ = std::move(first.data);
       chunks_.pop_front();
     } else {
       first.data.erase(0, excess);

@@ -58,6 +58,7 @@ class OutputRing {
   };
   size_t capacity_;
   std::deque<Chunk> chunks_;
+  std::string spare_;  // a dropped chunk's buffer, for the next chunk
   uint64_t start_ = 0, end_ = 0;
 };
 

@@ -71,6 +71,9 @@ Direction DirectionOf(uint32_t stream, MsgType type) {
     case MsgType::kSignal:
     case MsgType::kResize:
     case MsgType::kDataEnd:
+    case MsgType::kAttach:
+    case MsgType::kProcList:
+    case MsgType::kDetach:
       return Direction::kFromDaemon;
     case MsgType::kStarted:
     case MsgType::kOutput:
@@ -78,6 +81,9 @@ Direction DirectionOf(uint32_t stream, MsgType type) {
     case MsgType::kStatResult:
     case MsgType::kEntries:
     case MsgType::kDone:
+    case MsgType::kAttached:
+    case MsgType::kDropped:
+    case MsgType::kProcesses:
       return Direction::kFromAgent;
     case MsgType::kData:
       return Direction::kData;  // upload or download
