@@ -309,7 +309,7 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
 HttpReply Router::Pools(const HttpRequest& request, std::span<const std::string_view> parts,
                         std::string_view raw_query) {
   const std::string_view method = request.method;
-  const std::string_view path = request.target.substr(0, request.target.find('?'));
+  const std::string path = request.target.substr(0, request.target.find('?'));
   if (parts.size() > 3) return NotFoundRoute(path);
   const bool one = parts.size() == 3;
   if (method != (one ? "PUT" : "GET")) return MethodNotAllowed(method, path, {one ? "PUT" : "GET"});
