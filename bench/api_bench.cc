@@ -46,6 +46,10 @@
 
 namespace {
 
+using airlock::bench::g_interrupted;
+using airlock::bench::InstallSignalHandlers;
+using airlock::bench::WriteResults;
+
 namespace fs = std::filesystem;
 using airlock::Error;
 using airlock::ErrorCode;
@@ -53,27 +57,6 @@ using airlock::Result;
 using airlock::Status;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
-
-// Set by SIGINT / SIGTERM: workers finish the lifecycle in hand (so its sandbox is deleted),
-// then everything is cleaned up and the run ends without a report.
-std::atomic<bool> g_interrupted{false};
-
-void OnSignal(int) {
-  g_interrupted.store(true);
-  constexpr char kMsg[] = "\nairlock-bench-api: interrupted; cleaning up\n";
-  ssize_t ignored = ::write(STDERR_FILENO, kMsg, sizeof kMsg - 1);
-  (void)ignored;
-}
-
-void InstallSignalHandlers() {
-  struct sigaction sa {};
-  sa.sa_handler = OnSignal;
-  sa.sa_flags = SA_RESTART;  // calls in flight complete; the loops check the flag
-  sigemptyset(&sa.sa_mask);
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);
-}
 
 double Us(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::micro>(b - a).count();
@@ -695,12 +678,7 @@ int Run(const Flags& flags) {
     }
     for (const auto& f : other_failures) other.push_back({{"op", f.op}, {"message", f.message}});
     doc["other_failures"] = std::move(other);
-    std::ofstream out(flags.json_path);
-    out << doc.dump() << "\n";
-    if (!out) {
-      std::fprintf(stderr, "airlock-bench-api: cannot write %s\n", flags.json_path.c_str());
-      return 1;
-    }
+    if (!WriteResults("airlock-bench-api", flags.json_path, doc.dump())) return 1;
   }
   if (failures > 0) {
     std::fprintf(stderr, "airlock-bench-api: %zu failures (see above)\n", failures);
@@ -725,6 +703,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "airlock-bench-api: needs root (airlockd and the jail engine do)\n");
     return 1;
   }
-  InstallSignalHandlers();
+  InstallSignalHandlers("airlock-bench-api");
   return Run(*flags);
 }

@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -28,6 +29,41 @@
 #include "common/error.h"
 
 namespace airlock::bench {
+
+// Set by SIGINT / SIGTERM (InstallSignalHandlers): the run in hand finishes, then everything is
+// cleaned up and the benchmark ends without a report.
+inline std::atomic<bool> g_interrupted{false};
+inline const char* g_bench_tag = "airlock-bench";
+
+inline void OnInterruptSignal(int) {
+  g_interrupted.store(true);
+  // write(2) only: async-signal-safe.
+  constexpr char kMsg[] = ": interrupted; cleaning up\n";
+  ssize_t ignored = ::write(STDERR_FILENO, "\n", 1);
+  ignored = ::write(STDERR_FILENO, g_bench_tag, std::strlen(g_bench_tag));
+  ignored = ::write(STDERR_FILENO, kMsg, sizeof kMsg - 1);
+  (void)ignored;
+}
+
+// `tag` (a string literal) names the benchmark in the message.
+inline void InstallSignalHandlers(const char* tag) {
+  g_bench_tag = tag;
+  struct sigaction sa {};
+  sa.sa_handler = OnInterruptSignal;
+  sa.sa_flags = SA_RESTART;  // calls in flight complete; the loops check the flag
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+}
+
+// Writes `text` to `path`; false (with a message naming `tag`) when it could not.
+inline bool WriteResults(const char* tag, const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text << "\n";
+  if (!out) std::fprintf(stderr, "%s: cannot write %s\n", tag, path.c_str());
+  return static_cast<bool>(out);
+}
 
 // A directory under /tmp for a daemon's or an engine's state, removed with everything in it
 // when this goes out of scope. 0711: the sandboxes' unprivileged uids must reach their layers.

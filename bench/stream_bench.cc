@@ -53,6 +53,10 @@ extern char** environ;
 
 namespace {
 
+using airlock::bench::g_interrupted;
+using airlock::bench::InstallSignalHandlers;
+using airlock::bench::WriteResults;
+
 namespace b = airlock::bench;
 using airlock::ErrorCode;
 using airlock::Result;
@@ -65,27 +69,6 @@ constexpr char kTag[] = "airlock-bench-stream";
 constexpr char kTextLine[] = "airlock-bench-line";  // what `yes` repeats (19 bytes a line)
 constexpr size_t kPiece = 64 * 1024;                // the host pipe's writes and reads
 constexpr uint64_t kMiB = 1 << 20;
-
-// Set by SIGINT / SIGTERM: the run in hand finishes, then everything is cleaned up and the run
-// ends without a report.
-std::atomic<bool> g_interrupted{false};
-
-void OnSignal(int) {
-  g_interrupted.store(true);
-  constexpr char kMsg[] = "\nairlock-bench-stream: interrupted; cleaning up\n";
-  ssize_t ignored = ::write(STDERR_FILENO, kMsg, sizeof kMsg - 1);
-  (void)ignored;
-}
-
-void InstallSignalHandlers() {
-  struct sigaction sa {};
-  sa.sa_handler = OnSignal;
-  sa.sa_flags = SA_RESTART;  // calls in flight complete; the loops check the flag
-  sigemptyset(&sa.sa_mask);
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);
-}
 
 double Us(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::micro>(b - a).count();
@@ -854,12 +837,7 @@ int Run(const Flags& flags) {
                 {"ratio_p99_first_byte_stream_vs_host", r_host99},
                 {"ratio_p50_first_byte_stream_vs_plain_round_trip", r_plain50},
                 {"ratio_p99_first_byte_stream_vs_plain_round_trip", r_plain99}};
-    std::ofstream out(flags.json_path);
-    out << doc.dump() << "\n";
-    if (!out) {
-      std::fprintf(stderr, "%s: cannot write %s\n", kTag, flags.json_path.c_str());
-      return 1;
-    }
+    if (!WriteResults(kTag, flags.json_path, doc.dump())) return 1;
   }
   return 0;
 }
@@ -879,6 +857,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "airlock-bench-stream: needs root (airlockd does)\n");
     return 1;
   }
-  InstallSignalHandlers();
+  InstallSignalHandlers(kTag);
   return Run(*flags);
 }

@@ -60,6 +60,17 @@ class ProcessApiTest : public DaemonTest {
     }
     return {out, events.empty() ? json() : events.back()};
   }
+  // The process's output (replayed) once it holds at least `bytes` bytes, or what it held after
+  // 30 s.
+  std::string OutputOf(int pid, size_t bytes) {
+    std::string out;
+    for (auto deadline = std::chrono::steady_clock::now() + 30s;
+         out.size() < bytes && std::chrono::steady_clock::now() < deadline;) {
+      out = Output(pid).first;
+    }
+    return out;
+  }
+
   // An output event's bytes (its data, decoded when it is base64).
   static std::string Bytes(const json& event) {
     const std::string data = event["data"];
@@ -102,11 +113,7 @@ TEST_F(ProcessApiTest, BackgroundProcessTakesStdinShowsOutputAndIsWaitedFor) {
   in = Post(Proc(pid, "stdin"), R"({"data": "/wB4Cg==", "encoding": "base64"})");
   ASSERT_EQ(in.status, 200) << in.body;
   const std::string sent = "hello\n" + std::string("\xff\0x\n", 4);
-  std::string out;
-  for (auto deadline = std::chrono::steady_clock::now() + 30s;
-       out.size() < sent.size() && std::chrono::steady_clock::now() < deadline;) {
-    out = Output(pid).first;
-  }
+  const std::string out = OutputOf(pid, sent.size());
   EXPECT_EQ(out, sent) << "cat echoes what it got before its stdin closes";
 
   // Still running (a wait that times out says so), until stdin closes.
@@ -152,12 +159,7 @@ TEST_F(ProcessApiTest, SignalsByNameAndNumberReachTheProcess) {
   const int stubborn = Start(R"("cmd": "trap '' TERM; echo ready; while :; do sleep 0.05; done")");
   ASSERT_GT(stubborn, 0);
   // The trap is set once it says so; a TERM before that would end it.
-  std::string out;
-  for (auto deadline = std::chrono::steady_clock::now() + 30s;
-       out.empty() && std::chrono::steady_clock::now() < deadline;) {
-    out = Output(stubborn).first;
-  }
-  ASSERT_EQ(out, "ready\n");
+  ASSERT_EQ(OutputOf(stubborn, 6), "ready\n");
   ASSERT_EQ(Post(Proc(stubborn, "signal"), R"({"signal": "SIGTERM"})").status, 200);
   EXPECT_EQ(Wait(stubborn, 1)["state"], "running");
   ASSERT_EQ(Post(Proc(stubborn, "signal"), R"({"signal": 9})").status, 200);
@@ -224,14 +226,31 @@ TEST_F(ProcessApiTest, AProcessOutlivesItsClientAndADaemonRestart) {
   Reply got = Get(Proc(pid));
   ASSERT_EQ(got.status, 200) << got.body;
   EXPECT_EQ(got.Json()["state"], "running") << got.body;
-  std::string out;
-  for (auto deadline = std::chrono::steady_clock::now() + 10s;
-       out.empty() && std::chrono::steady_clock::now() < deadline;) {
-    out = Output(pid).first;
-  }
-  EXPECT_EQ(out, "before\n");
+  EXPECT_EQ(OutputOf(pid, 7), "before\n");
   ASSERT_EQ(Post(Proc(pid, "signal"), R"({"signal": "KILL"})").status, 200);
   EXPECT_EQ(Wait(pid)["signal"], 9);
+}
+
+TEST_F(ProcessApiTest, ShutdownCutsStreamsThatWouldNeverEnd) {
+  // Followed output of a process that runs on, and a streaming exec of one: neither ends by
+  // itself, and neither may hold up a shutdown (which destroys the sandboxes).
+  const int pid = Start(R"("cmd": "echo up; exec sleep 1000")");
+  ASSERT_GT(pid, 0);
+  RawStream follow(daemon_->port(), daemon_->key(), base_ + Proc(pid, "output?follow=true"), "",
+                   "GET");
+  ASSERT_TRUE(follow.ReadUntil("up")) << follow.got();
+  RawStream exec(daemon_->port(), daemon_->key(), base_ + "/exec",
+                 R"({"stream": true, "cmd": "echo running; exec sleep 1000"})");
+  ASSERT_TRUE(exec.ReadUntil("running")) << exec.got();
+  const int status = daemon_->Stop(SIGTERM);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "airlockd was killed after waiting on its streams (status " << status << ")";
+  // The streams were cut, not finished: no last chunk.
+  EXPECT_FALSE(follow.ReadUntil("\r\n0\r\n\r\n"));
+  EXPECT_FALSE(exec.ReadUntil("\r\n0\r\n\r\n"));
+  std::error_code ec;
+  EXPECT_TRUE(fs::is_empty(daemon_->state_dir() + "/jail", ec)) << "a sandbox outlived the stop";
+  EXPECT_TRUE(CgroupsNamed(id_).empty());
 }
 
 TEST_F(ProcessApiTest, ForegroundCommandsAreListedWhileTheyRun) {

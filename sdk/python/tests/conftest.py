@@ -8,7 +8,8 @@ import signal
 import subprocess
 import sys
 import tempfile
-from typing import Dict, Iterator
+import time
+from typing import Callable, Dict, Iterator
 
 import pytest
 
@@ -92,3 +93,13 @@ def sbx(daemon: Daemon) -> Iterator["object"]:
         yield s
     finally:
         s.kill()
+
+
+def eventually(check: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Polls `check` until it holds or `timeout` passes (its final answer is returned)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return check()

@@ -7,28 +7,18 @@ import hashlib
 import os
 import subprocess
 import sys
-import time
-from typing import Callable, List
+from typing import List
 
 import pytest
 
 from airlock import (AirlockError, Client, ConflictError, InvalidRequest, Process,
                      ProcessOutput, Sandbox, SandboxNotFound, Timeout)
 
-from conftest import REPO
+from conftest import REPO, eventually
 
 # A command that blocks until the test creates /tmp/go (so its state is the test's to decide).
 GATE = "while [ ! -e /tmp/go ]; do sleep 0.02; done"
 
-
-def eventually(check: Callable[[], bool], timeout: float = 10.0) -> bool:
-    """Polls `check` until it holds or `timeout` passes (its final answer is returned)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return check()
 
 
 def test_background_start_list_get_wait(sbx) -> None:

@@ -4,12 +4,12 @@ signals, exit codes, and attaching to a background process."""
 from __future__ import annotations
 
 import re
-import time
-from typing import Callable
 
 import pytest
 
 from airlock import AirlockError, InvalidRequest, Terminal
+
+from conftest import eventually
 
 # The prompt is set through the environment (bash --norc keeps it); no typed command line
 # contains it, so reading up to it means the command has finished. --noediting: lines are read
@@ -18,14 +18,6 @@ from airlock import AirlockError, InvalidRequest, Terminal
 PROMPT = "READY$ "
 BASH = ["bash", "--norc", "--noprofile", "--noediting"]
 
-
-def eventually(check: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return check()
 
 
 def run(t: Terminal, line: str) -> str:

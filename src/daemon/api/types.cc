@@ -508,6 +508,25 @@ Result<OutputQuery> OutputQuery::FromQuery(const QueryParams& params) {
   return query;
 }
 
+Result<ReplayQuery> ReplayQuery::FromQuery(const QueryParams& params) {
+  AIRLOCK_TRY(CheckQueryNames(params, {"replay"}, false));
+  ReplayQuery query;
+  for (const auto& [name, value] : params) {
+    AIRLOCK_TRY_ASSIGN(query.replay, ParseQueryBool(value, "replay"));
+  }
+  return query;
+}
+
+Result<int32_t> ParsePid(std::string_view text) {
+  int32_t pid = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), pid);
+  const bool digits_only = !text.empty() && text.size() <= 10 && text[0] >= '1' && text[0] <= '9';
+  if (!digits_only || ec != std::errc() || end != text.data() + text.size() || pid < 1) {
+    return Invalid("pid must be a decimal process id inside the sandbox, got " + Quote(text));
+  }
+  return pid;
+}
+
 Result<ListFilter> ListFilter::FromQuery(const QueryParams& params) {
   AIRLOCK_TRY(CheckQueryNames(params, {"state"}, true));
   ListFilter filter;

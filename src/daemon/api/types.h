@@ -152,10 +152,19 @@ struct WaitRequest {
   [[nodiscard]] static Result<WaitRequest> FromJson(std::string_view body);
 };
 
+// A pid in a route: decimal digits only, 1..2^31-1 (a pid inside the sandbox).
+[[nodiscard]] Result<int32_t> ParsePid(std::string_view text);
+
 // GET .../processes/{pid}/output?follow=true|false
 struct OutputQuery {
   bool follow = false;
   [[nodiscard]] static Result<OutputQuery> FromQuery(const QueryParams& params);
+};
+
+// GET .../processes/{pid}/ws?replay=true|false
+struct ReplayQuery {
+  bool replay = true;
+  [[nodiscard]] static Result<ReplayQuery> FromQuery(const QueryParams& params);
 };
 
 // "KEY=VALUE" strings, as runtime::SandboxSpec and the agent protocol take them.

@@ -64,13 +64,6 @@ asio::awaitable<std::invoke_result_t<Fn&>> OnPool(asio::thread_pool& pool, Fn& f
       asio::use_awaitable);
 }
 
-HttpReply ErrorReply(ErrorCode code, std::string message) {
-  api::HttpError e = api::ErrorBody(Error(code, std::move(message)));
-  HttpReply reply{static_cast<unsigned>(e.status), std::move(e.body), ""};
-  reply.error_code = std::string(ErrorCodeName(code));
-  return reply;
-}
-
 http::response<http::string_body> MakeResponse(HttpReply reply, unsigned version, bool keep_alive) {
   http::response<http::string_body> res{static_cast<http::status>(reply.status), version};
   res.set(http::field::server, "airlockd");
@@ -118,17 +111,18 @@ struct HttpServer::Impl {
         // Answer what the client got wrong; just close on EOF, timeouts and socket errors.
         std::optional<HttpReply> reply;
         if (ec == http::error::body_limit) {
-          reply = ErrorReply(ErrorCode::kTooLarge,
-                             "request body over " + std::to_string(body_limit) + " bytes");
+          reply = ErrorReply(Error(ErrorCode::kTooLarge,
+                                   "request body over " + std::to_string(body_limit) + " bytes"));
         } else if (ec == http::error::header_limit) {
-          reply = ErrorReply(ErrorCode::kTooLarge,
-                             "request header over " + std::to_string(kMaxHeaderBytes) + " bytes");
+          reply = ErrorReply(Error(ErrorCode::kTooLarge, "request header over " +
+                                                             std::to_string(kMaxHeaderBytes) +
+                                                             " bytes"));
         } else if (ec.category() ==
                        error_code(http::error::bad_target).category() &&  // a parse error
                    ec != http::error::end_of_stream &&
                    ec != http::error::partial_message) {
           reply =
-              ErrorReply(ErrorCode::kInvalidArgument, "malformed HTTP request: " + ec.message());
+              ErrorReply(Error(ErrorCode::kInvalidArgument, "malformed HTTP request: " + ec.message()));
         }
         if (reply) {
           auto res = MakeResponse(std::move(*reply), 11, false);
@@ -190,6 +184,13 @@ struct HttpServer::Impl {
     stream.expires_after(kWriteTimeout);
     co_await http::async_write_header(stream, sr, asio::redirect_error(asio::use_awaitable, ec));
     while (!ec) {
+      if (server.stopping_) {
+        // A stream may never end by itself (output followed for hours): at shutdown it is cut
+        // (the client sees the response end without its last chunk), or the drain would wait
+        // for it forever and the sandboxes would never be destroyed.
+        ec = asio::error::shut_down;
+        break;
+      }
       std::optional<std::string> piece = co_await OnPool(server.pool_, reply.next_chunk);
       stream.expires_after(kWriteTimeout);
       if (!piece) {
@@ -252,9 +253,9 @@ struct HttpServer::Impl {
       };
       co_await OnPool(server.pool_, drop);
       auto res = MakeResponse(
-          ErrorReply(ErrorCode::kUnavailable, "too many open WebSocket sessions (" +
-                                                  std::to_string(kMaxWebSockets) +
-                                                  "); try again when some have closed"),
+          ErrorReply(Error(ErrorCode::kUnavailable, "too many open WebSocket sessions (" +
+                                                        std::to_string(kMaxWebSockets) +
+                                                        "); try again when some have closed")),
           req.version(), /*keep_alive=*/false);
       stream.expires_after(kWriteTimeout);
       co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));

@@ -1,6 +1,5 @@
 #include "daemon/server/router.h"
 
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <initializer_list>
@@ -20,12 +19,6 @@ namespace {
 
 using store::SandboxRecord;
 
-HttpReply FromError(const Error& error) {
-  api::HttpError e = api::ErrorBody(error);
-  HttpReply reply{static_cast<unsigned>(e.status), std::move(e.body), ""};
-  reply.error_code = std::string(ErrorCodeName(error.code()));
-  return reply;
-}
 
 HttpReply Bytes(std::string body, std::string content_type) {
   HttpReply reply{200, std::move(body), ""};
@@ -85,7 +78,7 @@ HttpReply MethodNotAllowed(std::string_view method, std::string_view path,
 }
 
 HttpReply NotFoundRoute(std::string_view path) {
-  return FromError(Error(ErrorCode::kNotFound, "no such route: " + std::string(path)));
+  return ErrorReply(Error(ErrorCode::kNotFound, "no such route: " + std::string(path)));
 }
 
 std::chrono::system_clock::time_point FromMs(int64_t ms) {
@@ -118,8 +111,17 @@ api::PoolView ToPoolView(const PoolStats& p) {
 }
 
 HttpReply SandboxReply(unsigned status, const Result<SandboxRecord>& record) {
-  if (!record) return FromError(record.error());
+  if (!record) return ErrorReply(record.error());
   return {status, api::RenderSandbox(ToView(*record)), ""};
+}
+
+}  // namespace
+
+HttpReply ErrorReply(const Error& error) {
+  api::HttpError e = api::ErrorBody(error);
+  HttpReply reply{static_cast<unsigned>(e.status), std::move(e.body), ""};
+  reply.error_code = std::string(ErrorCodeName(error.code()));
+  return reply;
 }
 
 std::vector<std::string_view> SplitPath(std::string_view path) {
@@ -133,8 +135,6 @@ std::vector<std::string_view> SplitPath(std::string_view path) {
   }
   return parts;
 }
-
-}  // namespace
 
 bool Router::Authenticated(std::string_view authorization) {
   if (!auth_required_) return true;
@@ -161,11 +161,11 @@ HttpReply Router::Handle(const HttpRequest& request) {
 
 HttpReply Router::RenderMetrics() {
   auto counts = store_.CountByState();
-  if (!counts) return FromError(counts.error());
+  if (!counts) return ErrorReply(counts.error());
   std::map<std::string, int64_t> by_state;
   for (const auto& [state, n] : *counts) by_state[std::string(store::SandboxStateName(state))] = n;
   auto pools = controller_.Pools();
-  if (!pools) return FromError(pools.error());
+  if (!pools) return ErrorReply(pools.error());
   return Bytes(metrics_.Render(by_state, controller_.expired_total()) + RenderPoolMetrics(*pools),
                "text/plain; version=0.0.4; charset=utf-8");
 }
@@ -203,20 +203,20 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
   if (parts.size() == 2) {  // /v1/sandboxes
     if (method == "POST") {
       if (!raw_query.empty()) {
-        return FromError(Error(ErrorCode::kInvalidArgument, "this route takes no query string"));
+        return ErrorReply(Error(ErrorCode::kInvalidArgument, "this route takes no query string"));
       }
       auto create = api::CreateSandboxRequest::FromJson(request.body);
-      if (!create) return FromError(create.error());
+      if (!create) return ErrorReply(create.error());
       return SandboxReply(
           201, Timed(metrics_, Metrics::Op::kCreate, [&] { return controller_.Create(*create); }));
     }
     if (method == "GET") {
       auto params = api::ParseQueryString(raw_query);
-      if (!params) return FromError(params.error());
+      if (!params) return ErrorReply(params.error());
       auto filter = api::ListFilter::FromQuery(*params);
-      if (!filter) return FromError(filter.error());
+      if (!filter) return ErrorReply(filter.error());
       auto records = controller_.List(*filter);
-      if (!records) return FromError(records.error());
+      if (!records) return ErrorReply(records.error());
       std::vector<api::SandboxView> views;
       for (const SandboxRecord& r : *records) views.push_back(ToView(r));
       return {200, api::RenderSandboxList(views), ""};
@@ -247,7 +247,7 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
   } else {
     return NotFoundRoute(path);
   }
-  if (auto st = ValidateSandboxId(id); !st) return FromError(st.error());
+  if (auto st = ValidateSandboxId(id); !st) return ErrorReply(st.error());
   if (route == Route::kFiles) {
     return Files(request, id, parts.size() == 5 ? parts[4] : std::string_view(), raw_query);
   }
@@ -255,7 +255,7 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
     return Processes(request, id, std::span(parts).subspan(4), raw_query);
   }
   if (!raw_query.empty()) {
-    return FromError(Error(ErrorCode::kInvalidArgument, "this route takes no query string"));
+    return ErrorReply(Error(ErrorCode::kInvalidArgument, "this route takes no query string"));
   }
 
   switch (route) {
@@ -263,12 +263,12 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
       if (method == "GET") return SandboxReply(200, controller_.Get(id));
       if (method == "DELETE") {
         auto st = Timed(metrics_, Metrics::Op::kDestroy, [&] { return controller_.Destroy(id); });
-        if (!st) return FromError(st.error());
+        if (!st) return ErrorReply(st.error());
         return {204, "", ""};
       }
       {
         auto patch = api::PatchSandboxRequest::FromJson(request.body);
-        if (!patch) return FromError(patch.error());
+        if (!patch) return ErrorReply(patch.error());
         return SandboxReply(200, controller_.Patch(id, *patch));
       }
     case Route::kPause:
@@ -277,17 +277,17 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
       return SandboxReply(200, controller_.Resume(id));
     case Route::kExec: {
       auto exec = api::ExecRequest::FromJson(request.body);
-      if (!exec) return FromError(exec.error());
+      if (!exec) return ErrorReply(exec.error());
       if (exec->background) {
         auto started = Timed(metrics_, Metrics::Op::kExec,
                              [&] { return controller_.StartBackground(id, *exec); });
-        if (!started) return FromError(started.error());
+        if (!started) return ErrorReply(started.error());
         return {200, api::RenderProcess(ToProcessView(*started)), ""};
       }
       if (exec->stream) {
         auto started =
             Timed(metrics_, Metrics::Op::kExec, [&] { return controller_.StartExec(id, *exec); });
-        if (!started) return FromError(started.error());
+        if (!started) return ErrorReply(started.error());
         HttpReply reply{200, "", ""};
         reply.content_type = "application/x-ndjson";
         std::shared_ptr<ExecStream> stream = std::move(*started);
@@ -296,7 +296,7 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
       }
       auto result =
           Timed(metrics_, Metrics::Op::kExec, [&] { return controller_.Exec(id, *exec); });
-      if (!result) return FromError(result.error());
+      if (!result) return ErrorReply(result.error());
       return {200, api::RenderExecResult(ToResultView(std::move(*result))), ""};
     }
     case Route::kFiles:
@@ -314,25 +314,25 @@ HttpReply Router::Pools(const HttpRequest& request, std::span<const std::string_
   const bool one = parts.size() == 3;
   if (method != (one ? "PUT" : "GET")) return MethodNotAllowed(method, path, {one ? "PUT" : "GET"});
   if (!raw_query.empty()) {
-    return FromError(Error(ErrorCode::kInvalidArgument, "this route takes no query string"));
+    return ErrorReply(Error(ErrorCode::kInvalidArgument, "this route takes no query string"));
   }
   if (!one) {  // GET /v1/pools
     if (!request.body.empty()) {
-      return FromError(Error(ErrorCode::kInvalidArgument, "this call takes no request body"));
+      return ErrorReply(Error(ErrorCode::kInvalidArgument, "this call takes no request body"));
     }
     auto pools = controller_.Pools();
-    if (!pools) return FromError(pools.error());
+    if (!pools) return ErrorReply(pools.error());
     std::vector<api::PoolView> views;
     for (const PoolStats& p : *pools) views.push_back(ToPoolView(p));
     return {200, api::RenderPoolList(views), ""};
   }
   // PUT /v1/pools/{template}: the name (400), then the body (400), then the template (404).
   const std::string name(parts[2]);
-  if (auto st = api::CheckTemplateName(name); !st) return FromError(st.error());
+  if (auto st = api::CheckTemplateName(name); !st) return ErrorReply(st.error());
   auto size = api::PoolSizeRequest::FromJson(request.body);
-  if (!size) return FromError(size.error());
+  if (!size) return ErrorReply(size.error());
   auto pool = controller_.SetPoolSize(name, size->size);
-  if (!pool) return FromError(pool.error());
+  if (!pool) return ErrorReply(pool.error());
   return {200, api::RenderPool(ToPoolView(*pool)), ""};
 }
 
@@ -341,17 +341,17 @@ HttpReply Router::Processes(const HttpRequest& request, const std::string& id,
   const std::string_view method = request.method;
   const std::string path(request.target.substr(0, request.target.find('?')));
   auto reply = [](Result<protocol::ProcessInfo> info) -> HttpReply {
-    if (!info) return FromError(info.error());
+    if (!info) return ErrorReply(info.error());
     return {200, api::RenderProcess(ToProcessView(*info)), ""};
   };
   const bool is_output = rest.size() == 2 && rest[1] == "output";
   if (!raw_query.empty() && !is_output) {
-    return FromError(Error(ErrorCode::kInvalidArgument, "this route takes no query string"));
+    return ErrorReply(Error(ErrorCode::kInvalidArgument, "this route takes no query string"));
   }
   if (rest.empty()) {  // .../processes
     if (method != "GET") return MethodNotAllowed(method, path, {"GET"});
     auto all = controller_.ListProcesses(id);
-    if (!all) return FromError(all.error());
+    if (!all) return ErrorReply(all.error());
     std::vector<api::ProcessView> views;
     for (const auto& p : *all) views.push_back(ToProcessView(p));
     return {200, api::RenderProcessList(views), ""};
@@ -363,38 +363,33 @@ HttpReply Router::Processes(const HttpRequest& request, const std::string& id,
   }
   const char* allowed = rest.size() == 1 || is_output ? "GET" : "POST";
   if (method != allowed) return MethodNotAllowed(method, path, {allowed});
-  // The pid: a positive decimal number, as the agent's table has it.
-  int32_t pid = 0;
-  const std::string_view text = rest[0];
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), pid);
-  if (ec != std::errc() || end != text.data() + text.size() || pid <= 0 || text.starts_with('0')) {
-    return FromError(Error(ErrorCode::kInvalidArgument,
-                           "a pid is a positive decimal number, got " + std::string(text)));
-  }
+  auto parsed_pid = api::ParsePid(rest[0]);
+  if (!parsed_pid) return ErrorReply(parsed_pid.error());
+  const int32_t pid = *parsed_pid;
   if (rest.size() == 1) return reply(controller_.GetProcess(id, pid));
   if (action == "signal") {
     auto req = api::SignalRequest::FromJson(request.body);
-    if (!req) return FromError(req.error());
+    if (!req) return ErrorReply(req.error());
     return reply(controller_.SignalProcess(id, pid, req->signo));
   }
   if (action == "stdin") {
     auto req = api::StdinRequest::FromJson(request.body);
-    if (!req) return FromError(req.error());
+    if (!req) return ErrorReply(req.error());
     return reply(controller_.WriteProcessStdin(id, pid, req->data, req->close));
   }
   if (action == "wait") {
     auto req = api::WaitRequest::FromJson(request.body);
-    if (!req) return FromError(req.error());
+    if (!req) return ErrorReply(req.error());
     const auto timeout = std::chrono::milliseconds(std::llround(req->timeout_seconds * 1000));
     return reply(controller_.WaitProcess(id, pid, timeout));
   }
   // output
   auto params = api::ParseQueryString(raw_query);
-  if (!params) return FromError(params.error());
+  if (!params) return ErrorReply(params.error());
   auto query = api::OutputQuery::FromQuery(*params);
-  if (!query) return FromError(query.error());
+  if (!query) return ErrorReply(query.error());
   auto stream = controller_.AttachOutput(id, pid, /*replay=*/true, query->follow);
-  if (!stream) return FromError(stream.error());
+  if (!stream) return ErrorReply(stream.error());
   HttpReply out{200, "", ""};
   out.content_type = "application/x-ndjson";
   std::shared_ptr<ExecStream> shared = std::move(*stream);
@@ -432,12 +427,12 @@ HttpReply Router::Files(const HttpRequest& request, const std::string& id, std::
     op = method == "GET" ? api::FileOp::kTarGet : api::FileOp::kTarPut;
   }
   auto params = api::ParseQueryString(raw_query);
-  if (!params) return FromError(params.error());
+  if (!params) return ErrorReply(params.error());
   auto query = api::FileQuery::FromQuery(*params, op);
-  if (!query) return FromError(query.error());
+  if (!query) return ErrorReply(query.error());
   const bool takes_body = op == api::FileOp::kWrite || op == api::FileOp::kTarPut;
   if (!takes_body && !request.body.empty()) {
-    return FromError(Error(ErrorCode::kInvalidArgument, "this call takes no request body"));
+    return ErrorReply(Error(ErrorCode::kInvalidArgument, "this call takes no request body"));
   }
 
   const auto start = std::chrono::steady_clock::now();
@@ -445,24 +440,24 @@ HttpReply Router::Files(const HttpRequest& request, const std::string& id, std::
   switch (op) {
     case api::FileOp::kRead: {
       auto data = controller_.ReadFile(id, *query);
-      reply = data ? Bytes(std::move(*data), "application/octet-stream") : FromError(data.error());
+      reply = data ? Bytes(std::move(*data), "application/octet-stream") : ErrorReply(data.error());
       break;
     }
     case api::FileOp::kWrite: {
       auto info = controller_.WriteFile(id, *query, request.body);
       reply = info ? HttpReply{200, api::RenderFileEntry(ToEntry(*info)), ""}
-                   : FromError(info.error());
+                   : ErrorReply(info.error());
       break;
     }
     case api::FileOp::kDelete: {
       auto st = controller_.DeleteFile(id, *query);
-      reply = st ? HttpReply{204, "", ""} : FromError(st.error());
+      reply = st ? HttpReply{204, "", ""} : ErrorReply(st.error());
       break;
     }
     case api::FileOp::kList: {
       auto entries = controller_.ListFiles(id, *query);
       if (!entries) {
-        reply = FromError(entries.error());
+        reply = ErrorReply(entries.error());
         break;
       }
       std::vector<api::FileEntryView> views;
@@ -473,17 +468,17 @@ HttpReply Router::Files(const HttpRequest& request, const std::string& id, std::
     case api::FileOp::kMkdir: {
       auto info = controller_.MakeDirectory(id, *query);
       reply = info ? HttpReply{201, api::RenderFileEntry(ToEntry(*info)), ""}
-                   : FromError(info.error());
+                   : ErrorReply(info.error());
       break;
     }
     case api::FileOp::kTarGet: {
       auto tar = controller_.ReadTar(id, *query);
-      reply = tar ? Bytes(std::move(*tar), "application/x-tar") : FromError(tar.error());
+      reply = tar ? Bytes(std::move(*tar), "application/x-tar") : ErrorReply(tar.error());
       break;
     }
     case api::FileOp::kTarPut: {
       auto st = controller_.WriteTar(id, *query, request.body);
-      reply = st ? HttpReply{204, "", ""} : FromError(st.error());
+      reply = st ? HttpReply{204, "", ""} : ErrorReply(st.error());
       break;
     }
   }

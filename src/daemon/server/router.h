@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "daemon/server/controller.h"
 #include "daemon/server/metrics.h"
@@ -39,6 +40,11 @@ struct HttpReply {
 // The largest request body `method` on `target` may carry (413 past it): file and tar uploads
 // take raw bytes up to their caps, everything else JSON.
 uint64_t BodyLimit(std::string_view method, std::string_view target);
+
+// The error's status and JSON body (api::ErrorBody), with its code for the metrics.
+HttpReply ErrorReply(const Error& error);
+// "/v1/sandboxes/x" -> {"v1", "sandboxes", "x"}.
+std::vector<std::string_view> SplitPath(std::string_view path);
 
 class WsSession;  // ws_session.h
 

@@ -1,6 +1,5 @@
 #include "daemon/server/ws_session.h"
 
-#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -26,25 +25,6 @@ using Refusal = std::unexpected<HttpReply>;
 // long the client has to send it at all (an idle connection must not hold a session forever).
 constexpr auto kFirstMessagePoll = std::chrono::seconds(1);
 constexpr auto kFirstMessageTimeout = std::chrono::seconds(60);
-
-std::vector<std::string_view> SplitPath(std::string_view path) {
-  std::vector<std::string_view> parts;
-  if (path.starts_with('/')) path.remove_prefix(1);
-  while (true) {
-    size_t slash = path.find('/');
-    parts.push_back(path.substr(0, slash));
-    if (slash == std::string_view::npos) break;
-    path.remove_prefix(slash + 1);
-  }
-  return parts;
-}
-
-HttpReply ErrorReply(const Error& error) {
-  api::HttpError e = api::ErrorBody(error);
-  HttpReply reply{static_cast<unsigned>(e.status), std::move(e.body), ""};
-  reply.error_code = std::string(ErrorCodeName(error.code()));
-  return reply;
-}
 
 // An event rendered as an NDJSON line; a WebSocket message carries it without the newline.
 std::string AsMessage(std::string line) {
@@ -84,43 +64,6 @@ class EventLines {
   std::unique_ptr<ExecStream> stream_;
   std::deque<std::string> lines_;
 };
-
-// A pid in a path: decimal digits only, 1..2^31-1 (a pid inside the sandbox).
-Result<int32_t> ParsePid(std::string_view text) {
-  int32_t pid = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), pid);
-  const bool digits_only = !text.empty() && text.size() <= 10 && text[0] >= '1' && text[0] <= '9';
-  if (!digits_only || ec != std::errc() || end != text.data() + text.size() || pid < 1) {
-    return Fail(ErrorCode::kInvalidArgument,
-                "pid must be a decimal process id inside the sandbox, got " + api::Quote(text));
-  }
-  return pid;
-}
-
-// processes/{pid}/ws?replay=true|false (default true); nothing else.
-Result<bool> ParseReplay(std::string_view raw_query) {
-  auto params = api::ParseQueryString(raw_query);
-  if (!params) return std::unexpected(params.error());
-  bool replay = true;
-  bool seen = false;
-  for (const auto& [name, value] : *params) {
-    if (name != "replay") {
-      return Fail(ErrorCode::kInvalidArgument,
-                  "unknown query parameter " + api::Quote(name) + "; allowed: replay");
-    }
-    if (seen) return Fail(ErrorCode::kInvalidArgument, "query parameter \"replay\" given twice");
-    seen = true;
-    if (value == "true" || value == "1") {
-      replay = true;
-    } else if (value == "false" || value == "0") {
-      replay = false;
-    } else {
-      return Fail(ErrorCode::kInvalidArgument,
-                  "replay must be true, false, 1 or 0, got " + api::Quote(value));
-    }
-  }
-  return replay;
-}
 
 // The input side of a session: client messages turned into ProcessControl calls. Not
 // thread-safe; the sessions serialize their Inputs.
@@ -387,12 +330,14 @@ std::expected<std::unique_ptr<WsSession>, HttpReply> Router::Upgrade(const HttpR
       return refuse_error(Error(ErrorCode::kInvalidArgument, "this route takes no query string"));
     }
   } else {
-    auto parsed_pid = ParsePid(parts[4]);
+    auto parsed_pid = api::ParsePid(parts[4]);
     if (!parsed_pid) return refuse_error(parsed_pid.error());
     pid = *parsed_pid;
-    auto parsed_replay = ParseReplay(raw_query);
-    if (!parsed_replay) return refuse_error(parsed_replay.error());
-    replay = *parsed_replay;
+    auto params = api::ParseQueryString(raw_query);
+    if (!params) return refuse_error(params.error());
+    auto query = api::ReplayQuery::FromQuery(*params);
+    if (!query) return refuse_error(query.error());
+    replay = query->replay;
   }
   if (!request.websocket) {
     return refuse_error(Error(ErrorCode::kInvalidArgument,

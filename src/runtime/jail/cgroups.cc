@@ -624,6 +624,10 @@ Status SandboxCgroup::Destroy() const {
   Status result;
   for (const std::string& dir : dirs_) {
     if (auto removed = RemoveCgroupDir(dir); !removed && result) result = std::move(removed);
+    // The last sandbox out removes the shared "airlock" parent, so a host that stops using
+    // Airlock is left with no trace in its cgroup tree. rmdir refuses while any other sandbox
+    // (of this daemon or another) is in it; a create that loses the race makes it again.
+    (void)::rmdir(Parent(dir).c_str());
   }
   return result;
 }

@@ -10,11 +10,13 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -327,6 +329,33 @@ class ExecWatcher {
   std::map<uint32_t, ExecProgress> streams_;
   std::vector<protocol::ErrorMsg> channel_errors_;
 };
+
+inline constexpr int64_t kRssLimitKb = 64 * 1024;
+
+// The agent's memory limit in the tests that check it. An ASan build's runtime alone takes ~40 MiB
+// (shadow memory, allocator), so there the limit is on top of what the agent held at start.
+inline int64_t AgentRssLimitKb(pid_t agent) {
+#if defined(__SANITIZE_ADDRESS__)
+  return kRssLimitKb + ProcStatusKb(agent, "VmRSS");
+#else
+  (void)agent;
+  return kRssLimitKb;
+#endif
+}
+
+// A channel to an agent listening on `path` (retried while the agent starts).
+inline Result<protocol::BlockingClient> ConnectUnix(const std::string& path) {
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0) {
+    if (std::chrono::steady_clock::now() > deadline) return FailErrno("connect " + path, errno);
+    std::this_thread::sleep_for(10ms);  // the agent is still starting
+  }
+  return protocol::BlockingClient::Connect(std::move(fd));
+}
 
 inline protocol::Exec ShellExec(std::string command) {
   protocol::Exec e;

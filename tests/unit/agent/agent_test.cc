@@ -35,19 +35,6 @@ namespace p = protocol;
 using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kMiB = 1 << 20;
-constexpr int64_t kRssLimitKb = 64 * 1024;
-
-// The agent's memory limit for the tests below. An ASan build's runtime alone takes ~40 MiB
-// (shadow memory, allocator), so there the limit is on top of what the agent held at start.
-int64_t AgentRssLimitKb(pid_t agent) {
-#if defined(__SANITIZE_ADDRESS__)
-  return kRssLimitKb + ProcStatusKb(agent, "VmRSS");
-#else
-  (void)agent;
-  return kRssLimitKb;
-#endif
-}
-
 std::map<std::string, std::string> ParseEnv(const std::string& text) {
   std::map<std::string, std::string> env;
   size_t start = 0;
@@ -941,19 +928,6 @@ TEST_F(AgentTest, HelloWithAnotherProtocolVersionIsRejected) {
 }
 
 // --- Listening on a unix socket ----------------------------------------------------------------
-
-Result<protocol::BlockingClient> ConnectUnix(const std::string& path) {
-  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
-  auto deadline = Clock::now() + 10s;
-  while (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0) {
-    if (Clock::now() > deadline) return FailErrno("connect " + path, errno);
-    std::this_thread::sleep_for(10ms);  // the agent is still starting
-  }
-  return protocol::BlockingClient::Connect(std::move(fd));
-}
 
 TEST(AgentListenTest, ServesSeveralChannelsUntilSigterm) {
   ::signal(SIGPIPE, SIG_IGN);

@@ -3,11 +3,8 @@
 // socket, so that a test can open, drop and reopen channels as the daemon does.
 
 #include <signal.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -47,18 +44,16 @@ class ProcessTableTest : public ::testing::Test {
 
   // A new channel to the agent.
   p::BlockingClient Connect() {
-    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", socket_.c_str());
-    auto deadline = Clock::now() + 10s;
-    while (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0) {
-      AIRLOCK_CHECK(Clock::now() < deadline);
-      std::this_thread::sleep_for(10ms);  // the agent is still starting
-    }
-    auto client = p::BlockingClient::Connect(std::move(fd));
+    auto client = ConnectUnix(socket_);
     AIRLOCK_CHECK(client.has_value());
     return std::move(*client);
+  }
+
+  // The agent's peak memory stayed under AgentRssLimitKb (taken at `limit`).
+  void ExpectAgentStayedSmall(int64_t limit) {
+    const int64_t hwm = ProcStatusKb(agent_->pid(), "VmHWM");
+    ASSERT_GT(hwm, 0);
+    EXPECT_LT(hwm, limit) << "agent peak RSS " << hwm << " kB";
   }
 
   // Starts a background command on `c` and returns its pid (0 after a test failure).
@@ -385,22 +380,19 @@ TEST_F(ProcessTableTest, BackgroundTimeoutKillsTheWholeTree) {
 
 TEST_F(ProcessTableTest, NoisyBackgroundProcessDoesNotGrowTheAgent) {
   auto c = Connect();
+  const int64_t limit = AgentRssLimitKb(agent_->pid());
   const int32_t pid = StartBackground(c, ShellExec("head -c 1073741824 /dev/zero"));
   ASSERT_GT(pid, 0);
   auto exited = WaitExit(c, pid);
   ASSERT_TRUE(exited);
   EXPECT_EQ(exited->exit_code, 0);
   EXPECT_EQ(exited->stdout_bytes, 1ull << 30);
-  const int64_t hwm = ProcStatusKb(agent_->pid(), "VmHWM");
-#if defined(__SANITIZE_ADDRESS__)
-  EXPECT_LT(hwm, 160 * 1024) << "kB";
-#else
-  EXPECT_LT(hwm, 64 * 1024) << "kB";
-#endif
+  ExpectAgentStayedSmall(limit);
 }
 
 TEST_F(ProcessTableTest, ASlowAttachmentLosesTheOldestBytesNotMemory) {
   auto c = Connect();
+  const int64_t limit = AgentRssLimitKb(agent_->pid());
   auto exec = ShellExec("read go; head -c 536870912 /dev/zero");
   exec.stdin_mode = p::StdinMode::kPipe;
   const int32_t pid = StartBackground(c, exec);
@@ -430,12 +422,7 @@ TEST_F(ProcessTableTest, ASlowAttachmentLosesTheOldestBytesNotMemory) {
   EXPECT_EQ(received + dropped, 512ull << 20) << "every byte is either sent or counted";
   EXPECT_GT(dropped, 0u);
   EXPECT_TRUE(all_zero);
-  const int64_t hwm = ProcStatusKb(agent_->pid(), "VmHWM");
-#if defined(__SANITIZE_ADDRESS__)
-  EXPECT_LT(hwm, 160 * 1024) << "kB";
-#else
-  EXPECT_LT(hwm, 64 * 1024) << "kB";
-#endif
+  ExpectAgentStayedSmall(limit);
 }
 
 TEST_F(ProcessTableTest, PtyBackgroundProcessTakesInputAndResize) {
