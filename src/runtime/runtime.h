@@ -30,6 +30,8 @@ struct Limits {
 struct SandboxSpec {
   std::string id;  // ValidateSandboxId holds
   std::string template_name = "base";
+  // Read-only layers stacked on the template, topmost first (digests; see LayerSnapshot).
+  std::vector<std::string> layers;
   Limits limits;
   std::vector<std::string> env;  // KEY=VALUE for every command
   std::string user = "user";     // who commands run as by default
@@ -44,6 +46,14 @@ struct SandboxInfo {
   SandboxState state = SandboxState::kRunning;
   pid_t init_pid = 0;                            // the agent, PID 1 inside (host pid)
   std::map<std::string, std::string> resources;  // what it holds: "cgroup:/sys/...", "uids:..."
+};
+
+// A sandbox's writable layer frozen into a read-only, content-addressed layer.
+struct LayerSnapshot {
+  std::string digest;  // 64 hex digits (SHA-256 of the layer's manifest)
+  uint64_t files = 0;
+  uint64_t bytes = 0;
+  bool existed = false;  // an identical layer was already stored
 };
 
 class Sandbox {
@@ -85,6 +95,13 @@ class Runtime {
   // only (disk_mb, tmp_mb and nofile are fixed at create). A warm-pool claim uses it to give a
   // pooled sandbox the request's limits. kNotFound when the sandbox is not held here.
   [[nodiscard]] virtual Status UpdateLimits(const std::string& id, const Limits& limits) = 0;
+  // Layers. SnapshotLayer copies what a live sandbox wrote (its writable layer, not /tmp)
+  // into a layer, the sandbox frozen meanwhile; a create stacks layers by digest.
+  virtual bool HasLayer(const std::string& digest) const = 0;
+  [[nodiscard]] virtual Result<LayerSnapshot> SnapshotLayer(const std::string& id) = 0;
+  // Removes a layer; the caller makes sure no sandbox or template uses it. Idempotent.
+  [[nodiscard]] virtual Status RemoveLayer(const std::string& digest) = 0;
+  [[nodiscard]] virtual Result<std::vector<std::string>> ListLayers() = 0;
   [[nodiscard]] virtual Status Pause(const std::string& id) = 0;
   [[nodiscard]] virtual Status Resume(const std::string& id) = 0;
   // Saves (and stops) a sandbox with its memory to `dir`; Restore starts it again from there.

@@ -4,6 +4,7 @@
 #include <grp.h>
 #include <linux/capability.h>
 #include <linux/close_range.h>
+#include <linux/mount.h>
 #include <net/if.h>
 #include <sched.h>
 #include <signal.h>
@@ -212,15 +213,41 @@ Failure MakeDev(const std::string& root) {
   return {};
 }
 
+// Receives the launcher's go-ahead byte, and with it the idmapped layer mounts (in order).
+int ReceiveGo(int sock, std::vector<UniqueFd>& layers) {
+  char go;
+  iovec iov{&go, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxLayers)];
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t n = RetryEintr([&] { return ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC); });
+  if (n != 1) return -1;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+      layers.emplace_back(fd);
+    }
+  }
+  return (msg.msg_flags & MSG_CTRUNC) ? -1 : 0;
+}
+
 // Everything the sandbox process does between clone and exec, in order. Any failure returns the
 // step and errno; nothing is retried.
 Failure ContainProcess(const JailConfig& c, int sync_fd, int agent_fd,
                        const SeccompProgram& seccomp, const std::vector<char*>& argv,
                        const std::vector<char*>& envp) {
-  // 1. Wait until the launcher has written our uid and gid maps, then become root of the new
-  //    user namespace (which is uid_base on the host).
-  char go;
-  if (RetryEintr([&] { return ::read(sync_fd, &go, 1); }) != 1) return {"wait for id maps", EIO};
+  // 1. Wait until the launcher has written our uid and gid maps (and made the layers' idmapped
+  //    mounts), then become root of the new user namespace (which is uid_base on the host).
+  std::vector<UniqueFd> layers;
+  if (ReceiveGo(sync_fd, layers) < 0) return {"wait for id maps", EIO};
+  if (layers.size() != c.layers.size()) return {"receive layers", EBADF};
+  if (agent_fd == kWritableLayerFd) return {"agent fd", EBADF};
   if (::setgroups(0, nullptr) < 0) return {"setgroups", errno};
   if (::setresgid(0, 0, 0) < 0) return {"setresgid", errno};
   if (::setresuid(0, 0, 0) < 0) return {"setresuid", errno};
@@ -238,7 +265,23 @@ Failure ContainProcess(const JailConfig& c, int sync_fd, int agent_fd,
   if (::mkdir((disk + "/upper").c_str(), 0755) < 0 || ::mkdir((disk + "/work").c_str(), 0755) < 0) {
     return {"mkdir upper and work", errno};
   }
-  std::string overlay = "lowerdir=" + c.template_dir + ",upperdir=" + disk +
+  // Kept (as fd 4 of PID 1) for the host to read: snapshots copy upper/ from it.
+  UniqueFd disk_fd(::open(disk.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!disk_fd) return {"open writable layer", errno};
+  // The template's layers, idmapped by the launcher, on mount points in the writable layer's
+  // tmpfs (outside upper/: the sandbox never sees them but through the overlay).
+  std::string lowerdirs;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    std::string at = disk + "/lower" + std::to_string(i);
+    if (::mkdir(at.c_str(), 0755) < 0) return {"mkdir layer mount point", errno};
+    if (::syscall(SYS_move_mount, layers[i].get(), "", AT_FDCWD, at.c_str(),
+                  MOVE_MOUNT_F_EMPTY_PATH) < 0) {
+      return {"mount layer", errno};
+    }
+    layers[i].Reset();
+    lowerdirs += at + ":";
+  }
+  std::string overlay = "lowerdir=" + lowerdirs + c.template_dir + ",upperdir=" + disk +
                         "/upper,workdir=" + disk + "/work,userxattr";
   if (::mount("overlay", root.c_str(), "overlay", MS_NOSUID | MS_NODEV, overlay.c_str()) < 0) {
     return {"mount overlay", errno};
@@ -300,6 +343,7 @@ Failure ContainProcess(const JailConfig& c, int sync_fd, int agent_fd,
   //    cgroup v1 move waits out an RCU grace period, ~10 ms, which this way costs nothing),
   //    then a cgroup namespace rooted there. Limits, a session of its own, and no fd but
   //    stdio and the agent's channel (as fd 3).
+  char go;
   if (RetryEintr([&] { return ::read(sync_fd, &go, 1); }) != 1) return {"wait for cgroup", EIO};
   if (::unshare(CLONE_NEWCGROUP) < 0) return {"unshare cgroup namespace", errno};
   rlimit nofile{c.nofile, c.nofile}, core{0, 0};
@@ -313,6 +357,7 @@ Failure ContainProcess(const JailConfig& c, int sync_fd, int agent_fd,
   }
   // The report pipe and the agent binary's fd are close-on-exec; everything else goes now.
   if (::syscall(SYS_close_range, 4u, ~0u, CLOSE_RANGE_CLOEXEC) < 0) return {"close_range", errno};
+  if (::dup2(disk_fd.get(), kWritableLayerFd) < 0) return {"keep writable layer", errno};
 
   // 8. No privilege can be gained again; capabilities cut to the agent's few; seccomp last.
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) return {"no_new_privs", errno};
@@ -323,6 +368,50 @@ Failure ContainProcess(const JailConfig& c, int sync_fd, int agent_fd,
   //    file system at all).
   ::syscall(SYS_execveat, agent_fd, "", argv.data(), envp.data(), AT_EMPTY_PATH);
   return {"execve agent", errno};
+}
+
+// Detached, read-only, idmapped copies of the layer directories (nullptr), or the step that
+// failed (errno set).
+const char* IdmapLayers(const std::vector<std::string>& dirs, const std::string& userns_path,
+                        std::vector<UniqueFd>& out) {
+  if (dirs.empty()) return nullptr;
+  UniqueFd userns(::open(userns_path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!userns) return "open user namespace";
+  for (const std::string& dir : dirs) {
+    UniqueFd tree(static_cast<int>(::syscall(SYS_open_tree, AT_FDCWD, dir.c_str(),
+                                             OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)));
+    if (!tree) return "open layer";
+    mount_attr attr{};
+    attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+    attr.userns_fd = static_cast<uint64_t>(userns.get());
+    if (::syscall(SYS_mount_setattr, tree.get(), "", AT_EMPTY_PATH, &attr, sizeof attr) < 0) {
+      return "idmap layer";
+    }
+    out.push_back(std::move(tree));
+  }
+  return nullptr;
+}
+
+int SendGo(int sock, const std::vector<UniqueFd>& layers) {
+  char go = 'g';
+  iovec iov{&go, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxLayers)]{};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  if (!layers.empty()) {
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * layers.size());
+    cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int) * layers.size());
+    for (size_t i = 0; i < layers.size(); ++i) {
+      int fd = layers[i].get();
+      std::memcpy(CMSG_DATA(cm) + i * sizeof(int), &fd, sizeof fd);
+    }
+  }
+  return RetryEintr([&] { return ::sendmsg(sock, &msg, MSG_NOSIGNAL); }) == 1 ? 0 : -1;
 }
 
 }  // namespace
@@ -407,8 +496,12 @@ LaunchReport Launch(const JailConfig& c) {
   argv.push_back(nullptr);
   static char kPath[] = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
   envp = {kPath, nullptr};
+  if (c.layers.size() > kMaxLayers) return fail("too many layers", E2BIG);
   int sync[2], report[2];
-  if (::pipe2(sync, O_CLOEXEC) < 0 || ::pipe2(report, O_CLOEXEC) < 0) return fail("pipe", errno);
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sync) < 0 ||
+      ::pipe2(report, O_CLOEXEC) < 0) {
+    return fail("pipe", errno);
+  }
   UniqueFd sync_r(sync[0]), sync_w(sync[1]), report_r(report[0]), report_w(report[1]);
 
   constexpr unsigned long kFlags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWUTS |
@@ -443,11 +536,20 @@ LaunchReport Launch(const JailConfig& c) {
       return fail("write id map", err);
     }
   }
-  if (::write(sync_w.get(), "g", 1) != 1) {
+  // The layers, mounted idmapped into the sandbox's user namespace (which only the host's
+  // root may do) and handed over with the go-ahead; the sandbox mounts them in its own tree.
+  std::vector<UniqueFd> layers;
+  if (auto step = IdmapLayers(c.layers, proc + "/ns/user", layers); step) {
+    int err = errno;
+    ::kill(pid, SIGKILL);
+    return fail(step, err);
+  }
+  if (SendGo(sync_w.get(), layers) < 0) {
     int err = errno;
     ::kill(pid, SIGKILL);
     return fail("release sandbox", err);
   }
+  layers.clear();
   // Into the sandbox's cgroups, while it mounts; it goes no further than that until told.
   std::string pid_text = std::to_string(pid);
   const char* join_failed = nullptr;

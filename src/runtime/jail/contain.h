@@ -16,7 +16,10 @@ namespace airlock::jail {
 struct JailConfig {
   std::string id;            // becomes the hostname
   std::string sandbox_dir;   // host directory holding empty "disk" and "rootfs" mount points
-  std::string template_dir;  // the read-only lower layer of the root filesystem
+  std::string template_dir;  // the read-only lowest layer of the root filesystem
+  // Content-addressed layers (layers.h) stacked on it, topmost first; each is mounted idmapped
+  // into the sandbox's uid range, read-only.
+  std::vector<std::string> layers;
   uid_t uid_base = 0;        // sandbox ids 0..65535 map to uid_base.. on the host
   uint64_t disk_mb = 1024;   // the writable layer (a tmpfs inside the sandbox)
   uint64_t tmp_mb = 256;     // /tmp
@@ -45,6 +48,15 @@ struct LaunchReport {
 };
 std::string FormatReport(const LaunchReport& report);
 [[nodiscard]] Result<LaunchReport> ParseReport(std::string_view line);
+
+// The fd of the sandbox's PID 1 that holds the root of its writable layer (a tmpfs with upper/
+// and work/), so that the host can read what the sandbox wrote (/proc/<pid>/fd/4/upper) to
+// snapshot it. The agent's commands never inherit it.
+inline constexpr int kWritableLayerFd = 4;
+
+// The most layers a sandbox's root may stack (overlayfs allows 500; the mount options must fit
+// in a page).
+inline constexpr size_t kMaxLayers = 64;
 
 // Runs the launcher: clones the sandbox, maps its ids, waits for it to exec the agent or fail.
 // Returns the report to write. Precondition: single-threaded, root on the host.

@@ -1,12 +1,14 @@
 #include "runtime/jail/jail_runtime.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -167,6 +169,7 @@ Result<std::unique_ptr<JailRuntime>> JailRuntime::Open(JailOptions options) {
     }
   }
   if (auto st = rt->PrepareBaseTemplate(); !st) return std::unexpected(st.error());
+  if (auto st = rt->layers_.Prepare(); !st) return std::unexpected(st.error());
   // The seccomp policy is compiled once and handed to every launcher, sealed.
   auto seccomp = SeccompProgram::Compile();
   if (!seccomp) return std::unexpected(seccomp.error());
@@ -232,6 +235,13 @@ Result<std::unique_ptr<runtime::Sandbox>> JailRuntime::Create(const SandboxSpec&
   if (auto st = ValidateSandboxId(spec.id); !st) return std::unexpected(st.error());
   if (!HasTemplate(spec.template_name)) {
     return Fail(ErrorCode::kNotFound, "template '" + spec.template_name + "' does not exist");
+  }
+  if (spec.layers.size() > kMaxLayers) {
+    return Fail(ErrorCode::kInvalidArgument, "a sandbox stacks at most " +
+                                                 std::to_string(kMaxLayers) + " layers");
+  }
+  for (const std::string& layer : spec.layers) {
+    if (!layers_.Has(layer)) return Fail(ErrorCode::kNotFound, "layer " + layer + " does not exist");
   }
   {
     std::lock_guard lock(mu_);
@@ -299,6 +309,7 @@ Result<std::unique_ptr<runtime::Sandbox>> JailRuntime::Create(const SandboxSpec&
   for (const auto& d : cgroup.dirs())
     args.insert(args.end(), {"--cgroup-procs", d + "/cgroup.procs"});
   for (const auto& b : ro_binds_) args.insert(args.end(), {"--ro-bind", b});
+  for (const auto& layer : spec.layers) args.insert(args.end(), {"--layer", layers_.Path(layer)});
   // The agent reads its memory cgroup's OOM count from inside (ReadOomKillCount).
   if (layout_.version == CgroupVersion::kV2) {
     args.insert(args.end(), {"--cgroup-bind", cgroup.dirs().at(0) + "=/sys/fs/cgroup"});
@@ -463,6 +474,42 @@ Status JailRuntime::UpdateLimits(const std::string& id, const runtime::Limits& l
   if (it == live_.end()) return Fail(ErrorCode::kNotFound, "sandbox " + id + " does not exist");
   CgroupLimits cgroup_limits{limits.cpus, limits.memory_mb << 20, limits.pids_max};
   return WithContext(it->second.cgroup.SetLimits(cgroup_limits), "changing the limits of " + id);
+}
+
+Result<runtime::LayerSnapshot> JailRuntime::SnapshotLayer(const std::string& id) {
+  // The sandbox stays frozen while its layer is copied (a consistent tree), and under mu_ so
+  // that no Pause, Resume or Destroy interleaves; a sandbox paused before stays paused.
+  std::lock_guard lock(mu_);
+  auto it = live_.find(id);
+  if (it == live_.end()) return Fail(ErrorCode::kNotFound, "sandbox " + id + " does not exist");
+  Live& live = it->second;
+  if (!live.paused) {
+    if (auto st = live.cgroup.Freeze(); !st) return std::unexpected(st.error());
+  }
+  auto thaw = [&] {
+    if (!live.paused) (void)live.cgroup.Thaw();
+  };
+  // PID 1 holds the root of its writable layer as fd 4 (contain.h); upper/ is what it wrote.
+  std::string disk = "/proc/" + std::to_string(live.init_pid) + "/fd/" +
+                     std::to_string(kWritableLayerFd);
+  UniqueFd root(::open(disk.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  struct statfs fs_info;
+  if (!root || ::fstatfs(root.get(), &fs_info) < 0 || fs_info.f_type != TMPFS_MAGIC) {
+    thaw();
+    return Fail(ErrorCode::kFailedPrecondition,
+                "sandbox " + id + " does not expose its writable layer (made by an older airlockd?)");
+  }
+  UniqueFd upper(::openat(root.get(), "upper", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!upper) {
+    int err = errno;
+    thaw();
+    return FailErrno("opening the writable layer of " + id, err);
+  }
+  auto imported = layers_.Import(upper.get(), live.uid_base);
+  thaw();
+  if (!imported) return std::unexpected(imported.error().Wrap("snapshotting " + id));
+  return runtime::LayerSnapshot{imported->digest, imported->files, imported->bytes,
+                                imported->existed};
 }
 
 Status JailRuntime::Pause(const std::string& id) {

@@ -12,13 +12,14 @@
 
 #include "common/unique_fd.h"
 #include "runtime/jail/cgroups.h"
+#include "runtime/jail/layers.h"
 #include "runtime/jail/uid_allocator.h"
 #include "runtime/runtime.h"
 
 namespace airlock::jail {
 
 struct JailOptions {
-  std::string state_dir;      // holds jail/<id>/ per sandbox and templates/base/
+  std::string state_dir;      // holds jail/<id>/ per sandbox, templates/base/ and layers/
   std::string launcher_path;  // airlock-jail
   std::string agent_path;     // airlock-agent (static)
   uid_t uid_first = 1u << 30;
@@ -45,6 +46,10 @@ class JailRuntime : public runtime::Runtime {
   Result<runtime::SandboxInfo> Adopt(const std::string& id, pid_t init_pid, bool paused) override;
   Result<std::vector<std::string>> ListSandboxes() override;
   Status UpdateLimits(const std::string& id, const runtime::Limits& limits) override;
+  bool HasLayer(const std::string& digest) const override { return layers_.Has(digest); }
+  Result<runtime::LayerSnapshot> SnapshotLayer(const std::string& id) override;
+  Status RemoveLayer(const std::string& digest) override { return layers_.Remove(digest); }
+  Result<std::vector<std::string>> ListLayers() override { return layers_.List(); }
   Status Pause(const std::string& id) override;
   Status Resume(const std::string& id) override;
   Status Checkpoint(const std::string& id, const std::string& dir) override;
@@ -66,7 +71,8 @@ class JailRuntime : public runtime::Runtime {
   JailRuntime(JailOptions options, CgroupLayout layout)
       : options_(std::move(options)),
         layout_(std::move(layout)),
-        uids_(options_.uid_first, options_.uid_slots) {}
+        uids_(options_.uid_first, options_.uid_slots),
+        layers_(options_.state_dir + "/layers") {}
   Status PrepareBaseTemplate();
   runtime::SandboxInfo Info(const std::string& id, pid_t init_pid, uid_t uid_base,
                             const SandboxCgroup& cgroup) const;
@@ -78,6 +84,7 @@ class JailRuntime : public runtime::Runtime {
   JailOptions options_;
   CgroupLayout layout_;
   UidAllocator uids_;
+  LayerStore layers_;
   std::vector<std::string> ro_binds_;  // host top-level dirs that are not symlinks into /usr
   UniqueFd seccomp_bpf_;               // the policy, compiled once: a sealed memfd
   std::mutex mu_;

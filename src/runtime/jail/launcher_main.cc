@@ -8,6 +8,7 @@
 //                --channel-fd N --report-fd N --seccomp-fd N [--disk-mb N] [--tmp-mb N] [--nofile
 //                N]
 //                [--cgroup-procs FILE]... [--cgroup-bind HOST=INSIDE]... [--ro-bind DIR]...
+//                [--layer DIR]... (topmost first)
 //                [-- AGENT-ARGS...]
 
 #include <getopt.h>
@@ -59,7 +60,8 @@ int main(int argc, char** argv) {
     kCg,
     kBind,
     kCgBind,
-    kSeccomp
+    kSeccomp,
+    kLayer
   };
   static const option kLong[] = {{"id", required_argument, nullptr, kId},
                                  {"sandbox-dir", required_argument, nullptr, kDir},
@@ -75,6 +77,7 @@ int main(int argc, char** argv) {
                                  {"ro-bind", required_argument, nullptr, kBind},
                                  {"cgroup-bind", required_argument, nullptr, kCgBind},
                                  {"seccomp-fd", required_argument, nullptr, kSeccomp},
+                                 {"layer", required_argument, nullptr, kLayer},
                                  {nullptr, 0, nullptr, 0}};
   int opt;
   while ((opt = getopt_long(argc, argv, "", kLong, nullptr)) != -1) {
@@ -129,6 +132,10 @@ int main(int argc, char** argv) {
       case kBind:
         if (optarg[0] != '/') Usage("--ro-bind takes an absolute path");
         c.ro_binds.emplace_back(optarg);
+        break;
+      case kLayer:
+        if (optarg[0] != '/') Usage("--layer takes an absolute path");
+        c.layers.emplace_back(optarg);
         break;
       default:
         Usage("unknown option");

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -108,10 +109,11 @@ class JailTest : public ::testing::Test {
   };
 
   // A sandbox with a connected agent; destroyed when the test ends.
-  Box Make(runtime::Limits limits = {}) {
+  Box Make(runtime::Limits limits = {}, std::vector<std::string> layers = {}) {
     runtime::SandboxSpec spec;
     spec.id = NewSandboxId();
     spec.limits = limits;
+    spec.layers = std::move(layers);
     auto sbx = runtime_->Create(spec);
     EXPECT_TRUE(sbx) << (sbx ? "" : sbx.error().message());
     Box box{spec.id};
@@ -382,6 +384,89 @@ TEST_F(JailTest, ASecondCreateOfTheSameIdIsRefusedAndHarmsNothing) {
   auto bad = runtime_->Create(spec);
   ASSERT_FALSE(bad);
   EXPECT_EQ(bad.error().code(), ErrorCode::kInvalidArgument);
+}
+
+// What a sandbox wrote becomes a layer that new sandboxes (in other uid ranges) start from:
+// owners as the sandbox saw them, deletions and replaced directories, copy-up on write.
+TEST_F(JailTest, SnapshotLayersCarryFilesOwnersAndDeletions) {
+  Box a = Make();
+  auto made = Run(a,
+                  "mkdir -p /opt/app/dir && chmod 777 /opt/app && echo old > /opt/app/dir/old"
+                  " && cp /bin/true /opt/app/suid"
+                  " && chmod 4755 /opt/app/suid && mkfifo /opt/app/fifo && ln -s x /opt/app/link"
+                  " && echo ok",
+                  "root");
+  ASSERT_EQ(made.stdout_data, "ok\n") << made.stderr_data;
+  ASSERT_EQ(Run(a, "echo mine > /home/user/notes && echo hello > /opt/app/x && echo ok").stdout_data,
+            "ok\n");
+  auto first = runtime_->SnapshotLayer(a.id);
+  ASSERT_TRUE(first) << first.error().message();
+  EXPECT_FALSE(first->existed);
+  EXPECT_GT(first->files, 5u);
+  // The sandbox goes on (it was frozen only while copied), and the same tree is the same layer.
+  EXPECT_EQ(Run(a, "echo alive").stdout_data, "alive\n");
+  auto again = runtime_->SnapshotLayer(a.id);
+  ASSERT_TRUE(again) << again.error().message();
+  EXPECT_EQ(again->digest, first->digest);
+  EXPECT_TRUE(again->existed);
+
+  // On the host: root-only, owners as inside, no set-user-ID bit.
+  const std::string layer = *state_dir_ + "/layers/" + first->digest;
+  struct stat st;
+  ASSERT_EQ(::stat((*state_dir_ + "/layers").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  ASSERT_EQ(::stat((layer + "/opt/app/x").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 1000u);
+  ASSERT_EQ(::stat((layer + "/opt/app/suid").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0755u);
+
+  // A second generation deletes a file and replaces a directory.
+  Box b = Make({}, {first->digest});
+  auto changed = Run(b,
+                     "cat /opt/app/x && rm /opt/app/x && rm -rf /opt/app/dir && mkdir /opt/app/dir"
+                     " && echo new > /opt/app/dir/new && echo ok",
+                     "root");
+  ASSERT_EQ(changed.stdout_data, "hello\nok\n") << changed.stderr_data;
+  auto second = runtime_->SnapshotLayer(b.id);
+  ASSERT_TRUE(second) << second.error().message();
+  EXPECT_NE(second->digest, first->digest);
+
+  Box c = Make({}, {second->digest, first->digest});
+  auto seen = Run(c,
+                  "ls /opt/app | tr '\\n' ' '; echo; ls /opt/app/dir; stat -c '%U %a' "
+                  "/home/user/notes /opt/app/suid; readlink /opt/app/link; stat -c %F /opt/app/fifo");
+  EXPECT_EQ(seen.stdout_data,
+            "dir fifo link suid \nnew\nuser 644\nroot 755\nx\nfifo\n")
+      << seen.stderr_data;
+  // Files from the layers are the sandbox's own: its user appends to one, root changes another's
+  // mode (both copied up).
+  EXPECT_EQ(Run(c, "echo more >> /home/user/notes && cat /home/user/notes").stdout_data,
+            "mine\nmore\n");
+  EXPECT_EQ(Run(c, "chmod 700 /opt/app/suid && stat -c %a /opt/app/suid", "root").stdout_data,
+            "700\n");
+  // and nothing written in c reaches the layer or the other sandboxes.
+  EXPECT_EQ(Slurp(layer + "/home/user/notes"), "mine\n");
+  EXPECT_EQ(Run(b, "cat /home/user/notes").stdout_data, "mine\n");
+
+  auto listed = runtime_->ListLayers();
+  ASSERT_TRUE(listed);
+  EXPECT_NE(std::ranges::find(*listed, first->digest), listed->end());
+}
+
+TEST_F(JailTest, LayersThatDoNotExistAreRefused) {
+  auto missing = runtime_->Create(runtime::SandboxSpec{
+      .id = NewSandboxId(), .layers = {std::string(64, 'a')}});
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code(), ErrorCode::kNotFound);
+  auto bad = runtime_->Create(runtime::SandboxSpec{.id = NewSandboxId(), .layers = {"../x"}});
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code(), ErrorCode::kNotFound);
+  EXPECT_FALSE(runtime_->HasLayer("../../etc"));
+  EXPECT_FALSE(runtime_->RemoveLayer("../../etc"));
+  EXPECT_TRUE(runtime_->RemoveLayer(std::string(64, 'b'))) << "removing no layer succeeds";
+  auto snap = runtime_->SnapshotLayer("sbx-nothere");
+  ASSERT_FALSE(snap);
+  EXPECT_EQ(snap.error().code(), ErrorCode::kNotFound);
 }
 
 TEST_F(JailTest, CheckpointIsUnimplementedAndSaysSo) {
