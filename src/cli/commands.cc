@@ -703,6 +703,42 @@ Prints the CLI's version and build.
 constexpr std::string_view kHelpUsage = R"(usage: airlock help [COMMAND]
 )";
 
+constexpr std::string_view kTemplateUsage = R"(usage: airlock template build [-f FILE] [--name NAME]
+       airlock template ls
+       airlock template rm NAME...
+
+build: builds the template FILE describes (default airlock.toml), showing each step and its
+output as it runs, and prints its name. The file has the fields of POST /v1/templates:
+
+    name = "app"
+    base = "base"                  # or another template
+    workdir = "/opt/app"
+    start_cmd = "python3 -m http.server 8000"
+    ready_cmd = "python3 -c 'import urllib.request as u; u.urlopen(\"http://127.0.0.1:8000\")'"
+    memory_mb = 1024
+    [env]
+    MODE = "production"
+    [[steps]]
+    run = "mkdir -p /opt/app"
+    [[steps]]
+    copy = { src = "app/", path = "/opt/app" }   # a file or a directory, relative to FILE
+
+Steps run as root unless they say user = "user". ls lists the templates; rm deletes them (a
+template in use by a sandbox is refused).
+)";
+
+constexpr std::string_view kSnapshotUsage = R"(usage: airlock snapshot ID NAME
+
+Makes template NAME from what sandbox ID wrote to its file system (not /tmp, not its
+processes); the sandbox goes on. Prints NAME.
+)";
+
+constexpr std::string_view kForkUsage = R"(usage: airlock fork [-n COUNT] ID
+
+Makes COUNT (default 1, at most 32) new sandboxes that start with a copy of sandbox ID's file
+system, and prints their ids, one per line. Processes and memory are not carried.
+)";
+
 }  // namespace
 
 const std::vector<Command>& Commands() {
@@ -718,6 +754,9 @@ const std::vector<Command>& Commands() {
       {"kill", "send a signal to a process", kKillUsage, CmdKill},
       {"rm", "delete sandboxes", kRmUsage, CmdRm},
       {"pause", "freeze a sandbox", kPauseUsage, CmdPause},
+      {"template", "build, list and delete templates", kTemplateUsage, CmdTemplate},
+      {"snapshot", "make a template from a sandbox's file system", kSnapshotUsage, CmdSnapshot},
+      {"fork", "copy a sandbox's file system into new sandboxes", kForkUsage, CmdFork},
       {"resume", "thaw a paused sandbox", kResumeUsage, CmdResume},
       {"version", "print the version", kVersionUsage, CmdVersion},
       {"help", "show help for the CLI or a command", kHelpUsage, CmdHelp},

@@ -35,6 +35,10 @@ std::string TopLevelHelp();
 int PrintUsage(std::string_view command);
 
 Outcome<int> CmdCp(const CommandArgs& args, Globals& globals);  // in cp.cc
+// templates.cc
+Outcome<int> CmdTemplate(const CommandArgs& args, Globals& globals);
+Outcome<int> CmdSnapshot(const CommandArgs& args, Globals& globals);
+Outcome<int> CmdFork(const CommandArgs& args, Globals& globals);
 
 // Processes (processes.cc): the ps, attach and kill commands, and exec's -d and -i / -t, which
 // take the exec request CmdExec built from its flags.

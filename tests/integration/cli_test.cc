@@ -517,6 +517,65 @@ TEST_F(CliTest, ExecShowsOutputWhileTheCommandRuns) {
 
 namespace {
 
+TEST_F(CliTest, TemplateBuildFromATomlFileSnapshotAndFork) {
+  // A project: airlock.toml beside a directory of files to copy in.
+  const std::string project = dir_ + "/project";
+  fs::create_directories(project + "/app/lib");
+  std::ofstream(project + "/app/run.sh") << "#!/bin/sh\necho running in $(pwd) as $MODE\n";
+  fs::permissions(project + "/app/run.sh", fs::perms::owner_all | fs::perms::group_read |
+                                               fs::perms::group_exec | fs::perms::others_read |
+                                               fs::perms::others_exec);
+  std::ofstream(project + "/app/lib/data.txt") << "data\n";
+  std::ofstream(project + "/airlock.toml") << R"(name = "cli-app"
+workdir = "/opt/app"
+[env]
+MODE = "test"
+[[steps]]
+run = "echo building; mkdir -p /opt/app"
+[[steps]]
+copy = { src = "app", path = "/opt/app" }
+)";
+  ProcessResult built = Cli({"template", "build", "-f", project + "/airlock.toml"});
+  ASSERT_EQ(built.exit_code(), 0) << built.err;
+  EXPECT_EQ(built.out, "cli-app\n");
+  EXPECT_NE(built.err.find("step 1: run echo building"), std::string::npos) << built.err;
+  EXPECT_NE(built.err.find("building\n"), std::string::npos) << built.err;
+  EXPECT_NE(built.err.find("copy /opt/app/run.sh"), std::string::npos) << built.err;
+
+  ProcessResult ls = Cli({"template", "ls"});
+  ASSERT_EQ(ls.exit_code(), 0) << ls.err;
+  EXPECT_TRUE(std::regex_search(ls.out, std::regex("\ncli-app +ready +1 +20"))) << ls.out;
+
+  const std::string id = CliCreate({"--template", "cli-app"});
+  ASSERT_FALSE(id.empty());
+  ProcessResult run = Cli({"exec", id, "--", "sh", "-c", "./run.sh && cat lib/data.txt"});
+  EXPECT_EQ(run.exit_code(), 0) << run.err;
+  EXPECT_EQ(run.out, "running in /opt/app as test\ndata\n");
+
+  Cli({"exec", id, "--", "sh", "-c", "echo note > /home/user/note"});
+  ProcessResult snap = Cli({"snapshot", id, "cli-snap"});
+  ASSERT_EQ(snap.exit_code(), 0) << snap.err;
+  EXPECT_EQ(snap.out, "cli-snap\n");
+  ProcessResult fork = Cli({"fork", "-n", "2", id});
+  ASSERT_EQ(fork.exit_code(), 0) << fork.err;
+  EXPECT_TRUE(std::regex_match(fork.out, std::regex("(sbx-[a-z0-9]+\n){2}"))) << fork.out;
+  const std::string first = fork.out.substr(0, fork.out.find('\n'));
+  ProcessResult note = Cli({"exec", first, "--", "cat", "/home/user/note"});
+  EXPECT_EQ(note.out, "note\n") << note.err;
+
+  // In use: refused, one line, exit 1.
+  ProcessResult busy = Cli({"template", "rm", "cli-app"});
+  EXPECT_EQ(busy.exit_code(), 1);
+  EXPECT_NE(busy.err.find("in use"), std::string::npos) << busy.err;
+  EXPECT_EQ(Cli({"template", "rm", "cli-snap"}).exit_code(), 0);
+
+  // A file that is not TOML is a usage error naming it.
+  std::ofstream(project + "/bad.toml") << "name = \n";
+  ProcessResult bad = Cli({"template", "build", "-f", project + "/bad.toml"});
+  EXPECT_EQ(bad.exit_code(), 2) << bad.err;
+  EXPECT_NE(bad.err.find("bad.toml"), std::string::npos) << bad.err;
+}
+
 TEST_F(CliTest, CpFromTheSandboxDropsSetIdBits) {
   TempDir tmp;
   ASSERT_FALSE(tmp.path().empty());

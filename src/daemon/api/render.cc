@@ -215,4 +215,65 @@ HttpError UnauthenticatedBody() {
   return ErrorBody(Error(ErrorCode::kUnauthenticated, "missing or invalid API key"));
 }
 
+namespace {
+json TemplateJson(const TemplateView& v) {
+  json settings = json::parse(v.settings, nullptr, /*allow_exceptions=*/false);
+  if (!settings.is_object()) settings = json::object();
+  json env_keys = json::array();
+  if (settings.contains("env") && settings["env"].is_object()) {
+    for (const auto& [key, value] : settings["env"].items()) env_keys.push_back(key);
+  }
+  json out = {{"name", v.name},
+              {"state", v.state},
+              {"source", v.source},
+              {"base", settings.value("base", std::string(kDefaultTemplate))},
+              {"layers", v.layers},
+              {"env_keys", std::move(env_keys)},
+              {"workdir", settings.value("workdir", std::string())},
+              {"limits", settings.value("limits", json::object())},
+              {"start_cmd", settings.value("start_cmd", std::string())},
+              {"ready_cmd", settings.value("ready_cmd", std::string())},
+              {"ready_timeout_seconds",
+               settings.value("ready_timeout_seconds", kDefaultReadyTimeoutSeconds)},
+              {"steps", settings.value("steps", json::array())},
+              {"created_at", FormatTimestamp(v.created_at)},
+              {"updated_at", FormatTimestamp(v.updated_at)}};
+  if (!v.error.empty()) out["error"] = v.error;
+  return out;
+}
+}  // namespace
+
+std::string RenderTemplate(const TemplateView& view) { return Dump(TemplateJson(view)); }
+
+std::string RenderTemplateList(std::span<const TemplateView> views) {
+  json list = json::array();
+  for (const auto& v : views) list.push_back(TemplateJson(v));
+  return Dump(json{{"templates", std::move(list)}});
+}
+
+std::string RenderStepEvent(size_t index, const std::string& step_json,
+                            std::chrono::system_clock::time_point time) {
+  json step = json::parse(step_json, nullptr, /*allow_exceptions=*/false);
+  return EventLine({{"index", index}, {"step", step.is_discarded() ? json() : step}}, "step", time);
+}
+
+std::string RenderSnapshotEvent(std::chrono::system_clock::time_point time) {
+  return EventLine(json::object(), "snapshot", time);
+}
+
+std::string RenderDoneEvent(const TemplateView& view, std::chrono::system_clock::time_point time) {
+  return EventLine({{"template", TemplateJson(view)}}, "done", time);
+}
+
+std::string RenderFork(std::span<const SandboxView> sandboxes, const std::string& layer) {
+  json list = json::array();
+  for (const auto& s : sandboxes) list.push_back(SandboxJson(s));
+  return Dump(json{{"sandboxes", std::move(list)},
+                   {"layer", layer},
+                   {"memory_carried", false},
+                   {"note",
+                    "the jail engine copies the file system only (not /tmp): processes and memory "
+                    "start fresh in each fork"}});
+}
+
 }  // namespace airlock::api

@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/error.h"
 #include "daemon/api/types.h"
@@ -47,6 +48,35 @@ struct PoolView {
 std::string RenderPool(const PoolView& pool);
 // {"pools": [ ... ]}
 std::string RenderPoolList(std::span<const PoolView> pools);
+
+struct TemplateView {
+  std::string name;
+  std::string state;   // "building", "ready", "failed"
+  std::string source;  // "build" or "snapshot of sbx-..."
+  std::string settings;  // the stored settings (TemplateSettings JSON, with steps)
+  std::vector<std::string> layers;
+  std::chrono::system_clock::time_point created_at, updated_at;
+  std::string error;  // why a build failed (shown only when not empty)
+};
+
+// {"name", "state", "source", "base", "layers", "env_keys", "workdir", "limits", "start_cmd",
+//  "ready_cmd", "ready_timeout_seconds", "steps", "created_at", "updated_at", "error"?}. Env values
+// are never shown (they may hold secrets), only their names.
+std::string RenderTemplate(const TemplateView& view);
+// {"templates": [ ... ]}
+std::string RenderTemplateList(std::span<const TemplateView> views);
+
+// Template build events ("stream": true), one JSON object per line like exec's:
+//   {"type": "step", "index", "step": {"run"} | {"copy": {"path", "bytes", "mode"}}}
+//   the exec events of a run step (start, stdout, stderr, exit)
+//   {"type": "snapshot"}, then last {"type": "done", "template": {...}} or an "error" event
+std::string RenderStepEvent(size_t index, const std::string& step_json,
+                            std::chrono::system_clock::time_point time);
+std::string RenderSnapshotEvent(std::chrono::system_clock::time_point time);
+std::string RenderDoneEvent(const TemplateView& view, std::chrono::system_clock::time_point time);
+
+// The answer to a fork: {"sandboxes": [...], "layer", "memory_carried": false, "note"}.
+std::string RenderFork(std::span<const SandboxView> sandboxes, const std::string& layer);
 
 struct ExecResultView {
   int32_t exit_code = -1;  // as the agent reports it: -1 when killed by a signal

@@ -159,6 +159,35 @@ Result<uint32_t> ParseMode(std::string_view value) {
   return mode;
 }
 
+// cpus, memory_mb, pids_max and disk_mb of a request body, into `limits`; `given` says which
+// were there.
+Status GetLimits(const json& doc, runtime::Limits& limits, LimitFields& given) {
+  if (doc.contains("cpus")) {
+    AIRLOCK_TRY_ASSIGN(limits.cpus, GetPositiveNumber(doc["cpus"], "cpus", kMaxCpus));
+    given.cpus = true;
+  }
+  // GetInt's bounds are positive, so the casts below are exact.
+  const struct {
+    const char* name;
+    int64_t min, max;
+    uint64_t runtime::Limits::*field;
+    bool LimitFields::*flag;
+  } kInts[] = {{"memory_mb", kMinMemoryMb, kMaxMemoryMb, &runtime::Limits::memory_mb,
+                &LimitFields::memory_mb},
+               {"pids_max", kMinPidsMax, kMaxPidsMax, &runtime::Limits::pids_max,
+                &LimitFields::pids_max},
+               {"disk_mb", kMinDiskMb, kMaxDiskMb, &runtime::Limits::disk_mb,
+                &LimitFields::disk_mb}};
+  for (const auto& f : kInts) {
+    if (!doc.contains(f.name)) continue;
+    int64_t v = 0;
+    AIRLOCK_TRY_ASSIGN(v, GetInt(doc[f.name], f.name, f.min, f.max));
+    limits.*f.field = static_cast<uint64_t>(v);
+    given.*f.flag = true;
+  }
+  return {};
+}
+
 }  // namespace
 
 Status ValidatePath(std::string_view path, std::string_view what) {
@@ -208,25 +237,7 @@ Result<CreateSandboxRequest> CreateSandboxRequest::FromJson(std::string_view bod
     AIRLOCK_TRY_ASSIGN(req.ttl_seconds,
                        GetInt(doc["ttl_seconds"], "ttl_seconds", 1, kMaxTtlSeconds));
   }
-  if (doc.contains("cpus")) {
-    AIRLOCK_TRY_ASSIGN(req.limits.cpus, GetPositiveNumber(doc["cpus"], "cpus", kMaxCpus));
-  }
-  // GetInt's bounds are positive, so the casts below are exact.
-  if (doc.contains("memory_mb")) {
-    int64_t v = 0;
-    AIRLOCK_TRY_ASSIGN(v, GetInt(doc["memory_mb"], "memory_mb", kMinMemoryMb, kMaxMemoryMb));
-    req.limits.memory_mb = static_cast<uint64_t>(v);
-  }
-  if (doc.contains("pids_max")) {
-    int64_t v = 0;
-    AIRLOCK_TRY_ASSIGN(v, GetInt(doc["pids_max"], "pids_max", kMinPidsMax, kMaxPidsMax));
-    req.limits.pids_max = static_cast<uint64_t>(v);
-  }
-  if (doc.contains("disk_mb")) {
-    int64_t v = 0;
-    AIRLOCK_TRY_ASSIGN(v, GetInt(doc["disk_mb"], "disk_mb", kMinDiskMb, kMaxDiskMb));
-    req.limits.disk_mb = static_cast<uint64_t>(v);
-  }
+  AIRLOCK_TRY(GetLimits(doc, req.limits, req.limits_given));
   if (doc.contains("env")) AIRLOCK_TRY_ASSIGN(req.env, GetEnv(doc["env"], "env"));
   if (doc.contains("metadata")) {
     AIRLOCK_TRY_ASSIGN(req.metadata, GetMetadata(doc["metadata"], "metadata"));
@@ -658,6 +669,224 @@ Result<WsClientMessage> WsClientMessage::FromJson(std::string_view text) {
                    "; one of stdin, stdin_close, signal, resize");
   }
   return msg;
+}
+
+void LimitFields::Apply(const runtime::Limits& from, runtime::Limits& into) const {
+  if (cpus) into.cpus = from.cpus;
+  if (memory_mb) into.memory_mb = from.memory_mb;
+  if (pids_max) into.pids_max = from.pids_max;
+  if (disk_mb) into.disk_mb = from.disk_mb;
+}
+
+namespace {
+
+Result<TemplateStep> GetStep(const json& value, size_t index) {
+  const std::string where = ElementPath("steps", index);
+  if (!value.is_object()) return Invalid(where + " must be an object, got " + Describe(value));
+  TemplateStep step;
+  if (value.contains("run") == value.contains("copy")) {
+    return Invalid(where + " must have exactly one of run and copy");
+  }
+  if (value.contains("run")) {
+    AIRLOCK_TRY(RejectUnknownFields(value, where, {"run", "user", "timeout_seconds"}));
+    AIRLOCK_TRY_ASSIGN(step.run,
+                       GetString(value["run"], MemberPath(where, "run"), kMaxCmdBytes, false));
+    if (step.run.empty()) return Invalid(MemberPath(where, "run") + " must not be empty");
+    step.user = "root";
+    if (value.contains("user")) {
+      AIRLOCK_TRY_ASSIGN(step.user,
+                         GetString(value["user"], MemberPath(where, "user"), kMaxUserBytes, false));
+      if (step.user.empty()) return Invalid(MemberPath(where, "user") + " must not be empty");
+    }
+    if (value.contains("timeout_seconds")) {
+      AIRLOCK_TRY_ASSIGN(step.timeout_seconds,
+                         GetPositiveNumber(value["timeout_seconds"],
+                                           MemberPath(where, "timeout_seconds"), kMaxTimeoutSeconds));
+    }
+    return step;
+  }
+  AIRLOCK_TRY(RejectUnknownFields(value, where, {"copy"}));
+  const json& copy = value["copy"];
+  const std::string cwhere = MemberPath(where, "copy");
+  if (!copy.is_object()) return Invalid(cwhere + " must be an object, got " + Describe(copy));
+  AIRLOCK_TRY(RejectUnknownFields(copy, cwhere, {"path", "content", "encoding", "mode"}));
+  if (!copy.contains("path") || !copy.contains("content")) {
+    return Invalid(cwhere + " needs path and content");
+  }
+  AIRLOCK_TRY_ASSIGN(step.path,
+                     GetString(copy["path"], MemberPath(cwhere, "path"), kMaxPathBytes, false));
+  AIRLOCK_TRY(ValidatePath(step.path, MemberPath(cwhere, "path")));
+  if (!step.path.starts_with('/')) return Invalid(MemberPath(cwhere, "path") + " must be absolute");
+  std::string encoding = "utf-8";
+  if (copy.contains("encoding")) {
+    AIRLOCK_TRY_ASSIGN(encoding, GetString(copy["encoding"], MemberPath(cwhere, "encoding"), 16,
+                                           false));
+    if (encoding != "utf-8" && encoding != "base64") {
+      return Invalid(MemberPath(cwhere, "encoding") + " must be \"utf-8\" or \"base64\", got " +
+                     Quote(encoding));
+    }
+  }
+  std::string text;
+  AIRLOCK_TRY_ASSIGN(text, GetString(copy["content"], MemberPath(cwhere, "content"),
+                                     kMaxJsonBodyBytes, true));
+  if (encoding == "base64") {
+    auto decoded = Base64Decode(text);
+    if (!decoded) return Invalid(MemberPath(cwhere, "content") + " is not valid base64");
+    step.content = std::move(*decoded);
+  } else {
+    step.content = std::move(text);
+  }
+  if (copy.contains("mode")) {
+    std::string mode;
+    AIRLOCK_TRY_ASSIGN(mode, GetString(copy["mode"], MemberPath(cwhere, "mode"), 8, false));
+    AIRLOCK_TRY_ASSIGN(step.mode, ParseMode(mode));
+  }
+  return step;
+}
+
+json LimitsJson(const runtime::Limits& limits, const LimitFields& given) {
+  json out = json::object();
+  if (given.cpus) out["cpus"] = limits.cpus;
+  if (given.memory_mb) out["memory_mb"] = limits.memory_mb;
+  if (given.pids_max) out["pids_max"] = limits.pids_max;
+  if (given.disk_mb) out["disk_mb"] = limits.disk_mb;
+  return out;
+}
+
+}  // namespace
+
+Result<CreateTemplateRequest> CreateTemplateRequest::FromJson(std::string_view body) {
+  json doc;
+  AIRLOCK_TRY_ASSIGN(doc, ParseJsonObject(body));
+  AIRLOCK_TRY(RejectUnknownFields(
+      doc, "request body",
+      {"name", "base", "steps", "env", "workdir", "cpus", "memory_mb", "pids_max", "disk_mb",
+       "start_cmd", "ready_cmd", "ready_timeout_seconds", "stream"}));
+  CreateTemplateRequest req;
+  if (!doc.contains("name")) return Invalid("name is required");
+  AIRLOCK_TRY_ASSIGN(req.name, GetString(doc["name"], "name", kMaxTemplateNameBytes, false));
+  AIRLOCK_TRY(ValidateTemplateName(req.name));
+  if (req.name == kDefaultTemplate) return Invalid("name \"base\" is the built-in template's");
+  if (doc.contains("base")) {
+    AIRLOCK_TRY_ASSIGN(req.base, GetString(doc["base"], "base", kMaxTemplateNameBytes, false));
+    AIRLOCK_TRY(ValidateTemplateName(req.base));
+  }
+  if (doc.contains("steps")) {
+    const json& steps = doc["steps"];
+    if (!steps.is_array()) return Invalid("steps must be an array, got " + Describe(steps));
+    if (steps.size() > kMaxTemplateSteps) {
+      return Invalid("steps may hold at most " + std::to_string(kMaxTemplateSteps) + " steps");
+    }
+    for (size_t i = 0; i < steps.size(); ++i) {
+      TemplateStep step;
+      AIRLOCK_TRY_ASSIGN(step, GetStep(steps[i], i));
+      req.steps.push_back(std::move(step));
+    }
+  }
+  if (doc.contains("env")) AIRLOCK_TRY_ASSIGN(req.env, GetEnv(doc["env"], "env"));
+  if (doc.contains("workdir")) {
+    AIRLOCK_TRY_ASSIGN(req.workdir, GetString(doc["workdir"], "workdir", kMaxPathBytes, false));
+    AIRLOCK_TRY(ValidatePath(req.workdir, "workdir"));
+    if (!req.workdir.starts_with('/')) return Invalid("workdir must be an absolute path");
+  }
+  AIRLOCK_TRY(GetLimits(doc, req.limits, req.limits_given));
+  for (auto [field, target] : {std::pair{"start_cmd", &req.start_cmd}, {"ready_cmd", &req.ready_cmd}}) {
+    if (!doc.contains(field)) continue;
+    AIRLOCK_TRY_ASSIGN(*target, GetString(doc[field], field, kMaxCmdBytes, false));
+    if (target->empty()) return Invalid(std::string(field) + " must not be empty when given");
+  }
+  if (doc.contains("ready_timeout_seconds")) {
+    AIRLOCK_TRY_ASSIGN(req.ready_timeout_seconds,
+                       GetPositiveNumber(doc["ready_timeout_seconds"], "ready_timeout_seconds",
+                                         kMaxReadyTimeoutSeconds));
+  }
+  if (doc.contains("stream")) AIRLOCK_TRY_ASSIGN(req.stream, GetBool(doc["stream"], "stream"));
+  return req;
+}
+
+TemplateSettings TemplateSettings::From(const CreateTemplateRequest& request) {
+  TemplateSettings s;
+  s.base = request.base;
+  s.env = request.env;
+  s.workdir = request.workdir;
+  s.limits = request.limits;
+  s.limits_given = request.limits_given;
+  s.start_cmd = request.start_cmd;
+  s.ready_cmd = request.ready_cmd;
+  s.ready_timeout_seconds = request.ready_timeout_seconds;
+  return s;
+}
+
+std::string TemplateSettings::ToJson(const std::vector<TemplateStep>& steps) const {
+  json out = {{"base", base},
+              {"env", env},
+              {"workdir", workdir},
+              {"limits", LimitsJson(limits, limits_given)},
+              {"start_cmd", start_cmd},
+              {"ready_cmd", ready_cmd},
+              {"ready_timeout_seconds", ready_timeout_seconds}};
+  json described = json::array();
+  for (const TemplateStep& step : steps) {
+    if (step.is_copy()) {
+      described.push_back({{"copy", {{"path", step.path}, {"bytes", step.content.size()},
+                                     {"mode", step.mode}}}});
+    } else {
+      described.push_back({{"run", step.run}, {"user", step.user}});
+    }
+  }
+  out["steps"] = std::move(described);
+  return out.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+Result<TemplateSettings> TemplateSettings::FromJson(std::string_view text) {
+  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) {
+    return Fail(ErrorCode::kInternal, "a stored template's settings are not a JSON object");
+  }
+  TemplateSettings s;
+  try {
+    s.base = doc.value("base", std::string(kDefaultTemplate));
+    s.env = doc.value("env", EnvMap{});
+    s.workdir = doc.value("workdir", std::string());
+    s.start_cmd = doc.value("start_cmd", std::string());
+    s.ready_cmd = doc.value("ready_cmd", std::string());
+    s.ready_timeout_seconds = doc.value("ready_timeout_seconds", kDefaultReadyTimeoutSeconds);
+    const json limits = doc.value("limits", json::object());
+    AIRLOCK_TRY(GetLimits(limits, s.limits, s.limits_given));
+  } catch (const json::exception& e) {
+    return Fail(ErrorCode::kInternal, std::string("a stored template's settings: ") + e.what());
+  }
+  return s;
+}
+
+Result<SnapshotRequest> SnapshotRequest::FromJson(std::string_view body) {
+  json doc;
+  AIRLOCK_TRY_ASSIGN(doc, ParseJsonObject(body));
+  AIRLOCK_TRY(RejectUnknownFields(doc, "request body", {"name"}));
+  if (!doc.contains("name")) return Invalid("name is required");
+  SnapshotRequest req;
+  AIRLOCK_TRY_ASSIGN(req.name, GetString(doc["name"], "name", kMaxTemplateNameBytes, false));
+  AIRLOCK_TRY(ValidateTemplateName(req.name));
+  if (req.name == kDefaultTemplate) return Invalid("name \"base\" is the built-in template's");
+  return req;
+}
+
+Result<ForkRequest> ForkRequest::FromJson(std::string_view body) {
+  ForkRequest req;
+  if (body.empty()) return req;
+  json doc;
+  AIRLOCK_TRY_ASSIGN(doc, ParseJsonObject(body));
+  AIRLOCK_TRY(RejectUnknownFields(doc, "request body", {"count", "ttl_seconds", "metadata"}));
+  if (doc.contains("count")) AIRLOCK_TRY_ASSIGN(req.count, GetInt(doc["count"], "count", 1, kMaxForkCount));
+  if (doc.contains("ttl_seconds")) {
+    AIRLOCK_TRY_ASSIGN(req.ttl_seconds, GetInt(doc["ttl_seconds"], "ttl_seconds", 1, kMaxTtlSeconds));
+  }
+  if (doc.contains("metadata")) {
+    Metadata metadata;
+    AIRLOCK_TRY_ASSIGN(metadata, GetMetadata(doc["metadata"], "metadata"));
+    req.metadata = std::move(metadata);
+  }
+  return req;
 }
 
 }  // namespace airlock::api

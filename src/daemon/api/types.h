@@ -71,10 +71,18 @@ inline constexpr std::string_view kSandboxStateNames[] = {
 };
 
 // POST /v1/sandboxes. Every field is optional.
+// Which of the limits a request set (the others come from the template, then the defaults).
+struct LimitFields {
+  bool cpus = false, memory_mb = false, pids_max = false, disk_mb = false;
+  // `from`'s fields that are set here, over `into`.
+  void Apply(const runtime::Limits& from, runtime::Limits& into) const;
+};
+
 struct CreateSandboxRequest {
   std::string template_name{kDefaultTemplate};  // JSON "template"
   int64_t ttl_seconds = kDefaultTtlSeconds;
   runtime::Limits limits;  // cpus, memory_mb, pids_max, disk_mb from the body; the rest default
+  LimitFields limits_given;
   EnvMap env;
   Metadata metadata;
 
@@ -90,6 +98,73 @@ struct PoolSizeRequest {
 };
 // kInvalidArgument unless `name` is a well-formed template name ([a-z0-9][a-z0-9._-]*, <= 64).
 [[nodiscard]] Status CheckTemplateName(std::string_view name);
+
+// POST /v1/templates (docs/design/templates.md):
+//   {"name", "base"?: "base" | a ready template, "steps"?: [{"run": "...", "user"?,
+//    "timeout_seconds"?} | {"copy": {"path", "content", "encoding"?: "utf-8" | "base64",
+//    "mode"?: "0644"}}], "env"?, "workdir"?, "cpus"? ... "disk_mb"?, "start_cmd"?, "ready_cmd"?,
+//    "ready_timeout_seconds"?, "stream"?}
+inline constexpr size_t kMaxTemplateSteps = 256;
+inline constexpr double kDefaultStepTimeoutSeconds = 1800;
+inline constexpr double kDefaultReadyTimeoutSeconds = 60;
+inline constexpr double kMaxReadyTimeoutSeconds = 600;
+struct TemplateStep {
+  std::string run;   // a shell command; empty for a copy
+  std::string user;  // run: who runs it (default root)
+  double timeout_seconds = kDefaultStepTimeoutSeconds;
+  std::string path;     // copy: where the file goes (absolute)
+  std::string content;  // copy: the bytes (decoded)
+  uint32_t mode = 0644;
+  bool is_copy() const { return run.empty(); }
+};
+struct CreateTemplateRequest {
+  std::string name;
+  std::string base{kDefaultTemplate};
+  std::vector<TemplateStep> steps;
+  EnvMap env;           // every sandbox of the template (and every step) gets it
+  std::string workdir;  // commands' default cwd; empty: the user's home
+  runtime::Limits limits;
+  LimitFields limits_given;
+  std::string start_cmd;  // started in the background as each sandbox is created
+  std::string ready_cmd;  // run until it exits 0 before a create returns
+  double ready_timeout_seconds = kDefaultReadyTimeoutSeconds;
+  bool stream = false;  // answer with NDJSON build events as they happen
+
+  [[nodiscard]] static Result<CreateTemplateRequest> FromJson(std::string_view body);
+};
+
+// What a template gives the sandboxes made from it, as stored with the template (JSON):
+// {"base", "env", "workdir", "limits": {given ones}, "start_cmd", "ready_cmd",
+//  "ready_timeout_seconds", "steps": [{"run"} | {"copy": {"path", "bytes", "mode"}}]}.
+struct TemplateSettings {
+  std::string base{kDefaultTemplate};
+  EnvMap env;
+  std::string workdir;
+  runtime::Limits limits;
+  LimitFields limits_given;
+  std::string start_cmd, ready_cmd;
+  double ready_timeout_seconds = kDefaultReadyTimeoutSeconds;
+
+  static TemplateSettings From(const CreateTemplateRequest& request);
+  // The stored JSON; steps are described (copy contents are not kept).
+  [[nodiscard]] std::string ToJson(const std::vector<TemplateStep>& steps) const;
+  [[nodiscard]] static Result<TemplateSettings> FromJson(std::string_view text);
+};
+
+// POST /v1/sandboxes/{id}/snapshot: {"name"}.
+struct SnapshotRequest {
+  std::string name;
+  [[nodiscard]] static Result<SnapshotRequest> FromJson(std::string_view body);
+};
+
+// POST /v1/sandboxes/{id}/fork: {"count"?: 1..kMaxForkCount, "ttl_seconds"?, "metadata"?}.
+inline constexpr int64_t kMaxForkCount = 32;
+struct ForkRequest {
+  int64_t count = 1;
+  int64_t ttl_seconds = kDefaultTtlSeconds;
+  std::optional<Metadata> metadata;  // default: the source's, plus airlock.forked_from
+  [[nodiscard]] static Result<ForkRequest> FromJson(std::string_view body);
+};
 
 // PATCH /v1/sandboxes/{id}: at least one field. ttl_seconds restarts the TTL from now.
 // metadata is a merge patch (RFC 7396): a string sets the key, null removes it.

@@ -30,14 +30,14 @@ store::SandboxLimits ToStoreLimits(const runtime::Limits& limits) {
 
 // `sandbox_env` first, so that the request's env wins as it does over the agent's own.
 protocol::Exec ToProtocolExec(const api::ExecRequest& request,
-                              std::vector<std::string> sandbox_env) {
+                              std::vector<std::string> sandbox_env, std::string sandbox_cwd) {
   protocol::Exec exec;
   if (request.is_shell()) {
     exec.shell = request.cmd;
   } else {
     exec.argv = request.argv;
   }
-  exec.cwd = request.cwd;
+  exec.cwd = request.cwd.empty() ? std::move(sandbox_cwd) : request.cwd;
   exec.env = std::move(sandbox_env);
   for (std::string& kv : api::EnvList(request.env)) exec.env.push_back(std::move(kv));
   exec.user = request.user;
@@ -86,6 +86,10 @@ class Controller::Channel {
     std::lock_guard lock(live_->channels_mu);
     return live_->env;
   }
+  std::string sandbox_cwd() const {
+    std::lock_guard lock(live_->channels_mu);
+    return live_->cwd;
+  }
   // The operation ended cleanly: the channel goes back to the sandbox's pool. (A channel that
   // saw an error is closed instead: its stream state is not worth reasoning about.)
   void Keep() {
@@ -105,20 +109,31 @@ std::shared_ptr<Controller::Live> Controller::FindLive(const std::string& id) {
   return it == live_.end() ? nullptr : it->second;
 }
 
-void Controller::Hold(const std::string& id, std::vector<std::string> env) {
+void Controller::Hold(const std::string& id, std::vector<std::string> env, std::string cwd) {
   auto live = std::make_shared<Live>();
   live->env = std::move(env);
+  live->cwd = std::move(cwd);
   std::lock_guard lock(mu_);
   live_.try_emplace(id, std::move(live));
 }
 
 Controller::~Controller() {
+  JoinBuilds();
   StopPoolFiller();
   StopReaper();
 }
 
 Result<RecoveryReport> Controller::Recover() {
   RecoveryReport report;
+  // A build the previous run did not finish will not finish now (its sandbox goes below).
+  if (auto templates = store_.ListTemplates()) {
+    for (store::TemplateRecord& t : *templates) {
+      if (t.state != store::TemplateState::kBuilding) continue;
+      t.state = store::TemplateState::kFailed;
+      t.error = "airlockd stopped during the build";
+      if (auto st = store_.UpdateTemplate(t); !st) spdlog::error("{}", st.error().message());
+    }
+  }
   auto records = store_.List();
   if (!records) return std::unexpected(records.error().Wrap("listing records at start"));
   std::set<std::string> claimed;  // ids whose record was dealt with
@@ -140,6 +155,9 @@ Result<RecoveryReport> Controller::Recover() {
   }
   spdlog::info("start: {} adopted, {} not recoverable, {} destroys finished, {} orphans removed",
                report.adopted, report.failed, report.finished, report.orphans_removed);
+  if (auto collected = CollectLayers(); !collected) {
+    spdlog::error("start: collecting layers: {}", collected.error().message());
+  }
   return report;
 }
 
@@ -193,8 +211,9 @@ void Controller::RecoverOne(const SandboxRecord& rec, RecoveryReport& report) {
     give_up("airlockd restarted and " + adopted.error().message());
     return;
   }
-  Hold(id, rec.resources.contains(kEnvPerCommand) ? rec.env
-                                                                : std::vector<std::string>{});
+  auto workdir = rec.resources.find(kWorkdir);
+  Hold(id, rec.resources.contains(kEnvPerCommand) ? rec.env : std::vector<std::string>{},
+       workdir == rec.resources.end() ? "" : workdir->second);
   if (!paused && !rec.pooled) {
     // A claim commits the request's limits before it writes them to the engine; a crash in
     // between would leave the pool's defaults in force. Writing the recorded ones again closes
@@ -272,11 +291,18 @@ int Controller::ReapExpired() {
 }
 
 Result<SandboxRecord> Controller::Create(const api::CreateSandboxRequest& request) {
-  if (!runtime_.HasTemplate(request.template_name)) {
-    return Fail(ErrorCode::kNotFound, "template '" + request.template_name + "' does not exist");
+  auto resolved = ResolveTemplate(request);
+  if (!resolved) return std::unexpected(resolved.error());
+  auto made = [&] {
+    if (auto claimed = ClaimFromPool(resolved->request)) return std::move(*claimed);
+    return CreateSandbox(resolved->request, /*pooled=*/false, &resolved->origin);
+  }();
+  if (!made) return made;
+  if (auto started = StartTemplateCommands(made->id, *resolved); !started) {
+    if (auto st = Destroy(made->id); !st) spdlog::error("{}", st.error().message());
+    return std::unexpected(started.error());
   }
-  if (auto claimed = ClaimFromPool(request)) return std::move(*claimed);
-  return CreateSandbox(request, /*pooled=*/false);
+  return made;
 }
 
 void Controller::Discard(const std::string& id) {
@@ -288,7 +314,15 @@ void Controller::Discard(const std::string& id) {
 }
 
 Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest& request,
-                                                bool pooled) {
+                                                bool pooled, const Origin* given_origin) {
+  Origin origin;
+  if (given_origin) {
+    origin = *given_origin;
+  } else {
+    auto resolved = ResolveTemplate(request);
+    if (!resolved) return std::unexpected(resolved.error());
+    origin = std::move(resolved->origin);
+  }
   SandboxRecord record;
   record.id = NewSandboxId();
   record.state = SandboxState::kCreating;
@@ -300,6 +334,7 @@ Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest&
   // A pooled sandbox has no deadline until a claim gives it the request's.
   record.expires_at_ms = pooled ? 0 : NowMs() + request.ttl_seconds * 1000;
   record.pooled = pooled;
+  record.layers = origin.layers;
   const std::string id = record.id;
   // The record exists before any resource does, so a crash during the create leaves a trace.
   if (auto inserted = store_.Insert(record); !inserted) {
@@ -316,9 +351,10 @@ Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest&
 
   runtime::SandboxSpec spec;
   spec.id = id;
-  spec.template_name = request.template_name;
+  spec.template_name = std::string(api::kDefaultTemplate);  // the engine's root; layers on it
   spec.limits = request.limits;
   spec.env = record.env;
+  spec.layers = origin.layers;
   auto sandbox = runtime_.Create(spec);
   if (!sandbox) return fail(std::move(sandbox.error()));
   auto destroy_and_fail = [&](Error error) {
@@ -337,6 +373,7 @@ Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest&
   const runtime::SandboxInfo& info = (*sandbox)->info();
   auto live = std::make_shared<Live>();
   live->idle.push_back(std::move(*client));
+  live->cwd = origin.workdir;
   {
     std::lock_guard lock(mu_);
     live_[id] = live;
@@ -347,6 +384,7 @@ Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest&
   auto running = store_.Transition(id, from, SandboxState::kRunning, [&](SandboxRecord& r) {
     r.init_pid = info.init_pid;
     r.resources = info.resources;
+    if (!origin.workdir.empty()) r.resources[kWorkdir] = origin.workdir;
   });
   if (!running) return destroy_and_fail(std::move(running.error()));
   spdlog::info("created {}{} (agent pid {} on the host)", id, pooled ? " for the pool" : "",
@@ -410,10 +448,11 @@ Status Controller::FinishDestroy(const std::string& id) {
     live_.erase(id);  // commands still running see their channels close
   }
   const SandboxState from[] = {SandboxState::kDestroying};
-  if (auto done = store_.Transition(id, from, SandboxState::kDestroyed); !done) {
-    return std::unexpected(done.error().Wrap("recording the destroy of " + id));
-  }
+  auto done = store_.Transition(id, from, SandboxState::kDestroyed);
+  if (!done) return std::unexpected(done.error().Wrap("recording the destroy of " + id));
   spdlog::info("destroyed {}", id);
+  // A fork's snapshot belongs to no template: its last sandbox out takes it along.
+  if (!done->layers.empty()) (void)CollectLayers();
   return {};
 }
 
@@ -528,7 +567,7 @@ Result<protocol::ExecResult> Controller::Exec(const std::string& id,
                                               const api::ExecRequest& request) {
   auto channel = Acquire(id);
   if (!channel) return std::unexpected(channel.error());
-  protocol::Exec exec = ToProtocolExec(request, channel->sandbox_env());
+  protocol::Exec exec = ToProtocolExec(request, channel->sandbox_env(), channel->sandbox_cwd());
   // The agent ends the command at its timeout (plus the kill grace); until then it may be
   // silent for as long as it likes.
   (*channel)->set_receive_timeout(std::chrono::milliseconds(exec.timeout_ms) +
@@ -623,7 +662,7 @@ Result<std::unique_ptr<ExecStream>> Controller::StartExec(const std::string& id,
                                                           const api::ExecRequest& request) {
   auto channel = Acquire(id);
   if (!channel) return std::unexpected(channel.error());
-  protocol::Exec exec = ToProtocolExec(request, channel->sandbox_env());
+  protocol::Exec exec = ToProtocolExec(request, channel->sandbox_env(), channel->sandbox_cwd());
   // A stream holds nothing in the daemon (each piece waits for the client to take the last),
   // so the output is not capped; a plain exec keeps the agent's default cap (16 MiB).
   exec.output_cap = uint64_t{1} << 50;
@@ -707,7 +746,7 @@ Result<protocol::ProcessInfo> Controller::StartBackground(const std::string& id,
                                                           const api::ExecRequest& request) {
   auto channel = Acquire(id);
   if (!channel) return std::unexpected(channel.error());
-  protocol::Exec exec = ToProtocolExec(request, channel->sandbox_env());
+  protocol::Exec exec = ToProtocolExec(request, channel->sandbox_env(), channel->sandbox_cwd());
   auto stream = (*channel)->StartExec(exec);
   if (!stream) return std::unexpected(ExecError(id, std::move(stream.error())));
   auto first = (*channel)->NextFor(*stream);
@@ -1086,6 +1125,7 @@ Status Controller::WriteTar(const std::string& id, const api::FileQuery& query,
 void Controller::DestroyAll() {
   StopPoolFiller();
   StopReaper();
+  JoinBuilds();
   std::vector<std::string> ids;
   {
     std::lock_guard lock(mu_);

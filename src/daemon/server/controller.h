@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -61,6 +62,7 @@ class ProcessControl {
 // The API's view of a finished command, and of a process table entry.
 api::ExecResultView ToResultView(protocol::ExecResult result);
 api::ProcessView ToProcessView(const protocol::ProcessInfo& info);
+api::TemplateView ToTemplateView(const store::TemplateRecord& record);
 
 // What recovery did at start.
 struct RecoveryReport {
@@ -73,6 +75,8 @@ struct RecoveryReport {
 // The key in a record's resources that says its agent started without the sandbox env (a
 // claimed pooled sandbox), so the controller sends the env with every command.
 inline constexpr const char* kEnvPerCommand = "env_per_command";
+// The key in a record's resources that holds its template's workdir: commands' default cwd.
+inline constexpr const char* kWorkdir = "workdir";
 
 class Controller {
  public:
@@ -165,6 +169,36 @@ class Controller {
   // start.)
   void DestroyAll();
 
+  // --- Templates, snapshots and forks (controller_templates.cc; docs/design/templates.md) --
+
+  // Whether sandboxes can be made from `name` now: "base", or a ready template.
+  [[nodiscard]] Status CheckTemplate(const std::string& name);
+  // Builds a template: a build sandbox from the base, each step run in it (`log` gets the build
+  // events as NDJSON lines, api/render.h), what it wrote frozen into a layer, the sandbox
+  // destroyed. The record is building meanwhile, and failed with the reason if the build is.
+  [[nodiscard]] Result<store::TemplateRecord> BuildTemplate(
+      const api::CreateTemplateRequest& request, const std::function<void(std::string)>& log);
+  // BuildTemplate on a thread of its own (it outlives a client that goes away); its events as a
+  // stream, the last one "done" or "error".
+  [[nodiscard]] std::unique_ptr<ExecStream> StartBuild(api::CreateTemplateRequest request);
+  [[nodiscard]] Result<store::TemplateRecord> GetTemplate(const std::string& name);
+  [[nodiscard]] Result<std::vector<store::TemplateRecord>> ListTemplates();
+  // 409 while a sandbox (pooled ones too) uses it; its layers go unless something else uses them.
+  [[nodiscard]] Status DeleteTemplate(const std::string& name);
+  // A new template (ready at once) from what a running or paused sandbox wrote, on top of its
+  // own template; the sandbox goes on.
+  [[nodiscard]] Result<store::TemplateRecord> Snapshot(const std::string& id,
+                                                       const api::SnapshotRequest& request);
+  struct Forked {
+    std::vector<store::SandboxRecord> sandboxes;
+    std::string layer;  // the snapshot they start from
+  };
+  // `count` new sandboxes that start from a copy of the sandbox's file system (a layer shared
+  // copy-on-write); memory and processes are not carried. All or nothing.
+  [[nodiscard]] Result<Forked> Fork(const std::string& id, const api::ForkRequest& request);
+  // Removes every layer that no template and no live sandbox refers to; how many went.
+  Result<int> CollectLayers();
+
   // --- Warm pools (controller_pool.cc; docs/design/pools.md) ------------------------------
 
   // Call once after Recover and before serving: the sizes from the config file, each
@@ -190,7 +224,26 @@ class Controller {
     // whose agent started without it and cannot be told later. Empty for the others, whose
     // agent has it from its start.
     std::vector<std::string> env;
+    std::string cwd;  // commands' default cwd (its template's workdir); guarded by channels_mu
   };
+  // What a new sandbox's root is made of beyond its template's name.
+  struct Origin {
+    std::vector<std::string> layers;  // topmost first
+    std::string workdir;
+  };
+  // A create request with its template's settings applied (env, limits), what the sandbox is
+  // made of, and what runs once it is.
+  struct Resolved {
+    api::CreateSandboxRequest request;
+    Origin origin;
+    std::string start_cmd, ready_cmd;
+    double ready_timeout_seconds = 0;
+  };
+  Result<Resolved> ResolveTemplate(const api::CreateSandboxRequest& request);
+  // The engine's snapshot of the sandbox's writable layer, under its lifecycle lock.
+  Result<runtime::LayerSnapshot> SnapshotLayer(const std::string& id);
+  // start_cmd in the background, then ready_cmd until it succeeds (or its timeout: an error).
+  Status StartTemplateCommands(const std::string& id, const Resolved& resolved);
   struct Pool {
     int64_t size = 0;
     uint64_t hits = 0;
@@ -214,10 +267,12 @@ class Controller {
   Error ExecError(const std::string& id, Error error);
 
   std::shared_ptr<Live> FindLive(const std::string& id);
-  void Hold(const std::string& id, std::vector<std::string> env);
+  void Hold(const std::string& id, std::vector<std::string> env, std::string cwd);
   // The cold path: a new sandbox for `request`. `pooled`: made by the filler, hidden from the
   // API until claimed, and on failure left destroyed rather than failed (nobody asked for it).
-  Result<store::SandboxRecord> CreateSandbox(const api::CreateSandboxRequest& request, bool pooled);
+  // `origin`: the layers and workdir (default: the template's, resolved here).
+  Result<store::SandboxRecord> CreateSandbox(const api::CreateSandboxRequest& request, bool pooled,
+                                             const Origin* origin = nullptr);
   // Destroy, and for `allow_pooled` also the pooled sandboxes the API cannot see.
   Status DestroySandbox(const std::string& id, bool allow_pooled);
   // A record nobody will look at (a pooled one that failed) goes to destroyed, so that it is
@@ -268,6 +323,17 @@ class Controller {
   bool pool_wake_ = false;             // a claim or resize happened; guarded by pool_mu_
   bool pool_resized_ = false;          // ends an error backoff early; guarded by pool_mu_
   std::thread filler_;
+
+  // Held from a snapshot until what refers to the new layer is recorded, and by CollectLayers:
+  // a layer is never collected between its making and its first use. Recursive: a destroy
+  // under it (undoing a fork) collects too.
+  std::recursive_mutex layers_mu_;
+  std::mutex builds_mu_;
+  std::vector<std::thread> builds_;        // StartBuild's threads; guarded by builds_mu_
+  std::set<std::string> build_sandboxes_;  // sandboxes builds run in; guarded by builds_mu_
+  bool builds_stop_ = false;               // no new build sandbox; guarded by builds_mu_
+  // Stops the builds: destroys their sandboxes (each build then fails) and joins their threads.
+  void JoinBuilds();
 };
 
 }  // namespace airlock::daemon

@@ -139,9 +139,8 @@ Status Controller::ConfigurePools(const std::map<std::string, int>& configured) 
   std::map<std::string, int64_t> sizes(configured.begin(), configured.end());
   for (const auto& [name, size] : *stored) sizes[name] = size;  // set through the API: it wins
   for (const auto& [name, size] : sizes) {
-    if (!runtime_.HasTemplate(name)) {
-      return Fail(ErrorCode::kNotFound,
-                  "pool." + name + ": template '" + name + "' does not exist");
+    if (auto st = CheckTemplate(name); !st) {
+      return std::unexpected(st.error().Wrap("pool." + name));
     }
   }
   std::lock_guard lock(pool_mu_);
@@ -155,9 +154,7 @@ Status Controller::ConfigurePools(const std::map<std::string, int>& configured) 
 }
 
 Result<PoolStats> Controller::SetPoolSize(const std::string& template_name, int64_t size) {
-  if (!runtime_.HasTemplate(template_name)) {
-    return Fail(ErrorCode::kNotFound, "template '" + template_name + "' does not exist");
-  }
+  if (auto st = CheckTemplate(template_name); !st) return std::unexpected(st.error());
   if (auto st = store_.SetPoolSize(template_name, size); !st) return std::unexpected(st.error());
   {
     std::lock_guard lock(pool_mu_);

@@ -198,6 +198,7 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
 
   const std::vector<std::string_view> parts = SplitPath(path);
   if (parts.size() >= 2 && parts[1] == "pools") return Pools(request, parts, raw_query);
+  if (parts.size() >= 2 && parts[1] == "templates") return Templates(request, parts, raw_query);
   if (parts.size() < 2 || parts[1] != "sandboxes" || parts.size() > 6) return NotFoundRoute(path);
 
   if (parts.size() == 2) {  // /v1/sandboxes
@@ -227,7 +228,7 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
   // /v1/sandboxes/{id}[/...]: which route first (404 / 405), then the id (400).
   const std::string id(parts[2]);
   const std::string_view op = parts.size() >= 4 ? parts[3] : std::string_view();
-  enum class Route { kSandbox, kExec, kPause, kResume, kFiles, kProcesses };
+  enum class Route { kSandbox, kExec, kPause, kResume, kFiles, kProcesses, kSnapshot, kFork };
   Route route;
   if (op == "processes" && parts.size() <= 6) {
     route = Route::kProcesses;
@@ -238,8 +239,13 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
     if (method != "GET" && method != "DELETE" && method != "PATCH") {
       return MethodNotAllowed(method, path, {"GET", "PATCH", "DELETE"});
     }
-  } else if (parts.size() == 4 && (op == "exec" || op == "pause" || op == "resume")) {
-    route = op == "exec" ? Route::kExec : op == "pause" ? Route::kPause : Route::kResume;
+  } else if (parts.size() == 4 && (op == "exec" || op == "pause" || op == "resume" ||
+                                    op == "snapshot" || op == "fork")) {
+    route = op == "exec"       ? Route::kExec
+            : op == "pause"    ? Route::kPause
+            : op == "resume"   ? Route::kResume
+            : op == "snapshot" ? Route::kSnapshot
+                               : Route::kFork;
     if (method != "POST") return MethodNotAllowed(method, path, {"POST"});
   } else if (op == "files" && (parts.size() == 4 || parts[4] == "list" || parts[4] == "mkdir" ||
                                parts[4] == "tar")) {
@@ -273,6 +279,22 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
       }
     case Route::kPause:
       return SandboxReply(200, controller_.Pause(id));
+    case Route::kSnapshot: {
+      auto snapshot = api::SnapshotRequest::FromJson(request.body);
+      if (!snapshot) return ErrorReply(snapshot.error());
+      auto made = controller_.Snapshot(id, *snapshot);
+      if (!made) return ErrorReply(made.error());
+      return {201, api::RenderTemplate(ToTemplateView(*made)), ""};
+    }
+    case Route::kFork: {
+      auto fork = api::ForkRequest::FromJson(request.body);
+      if (!fork) return ErrorReply(fork.error());
+      auto forked = controller_.Fork(id, *fork);
+      if (!forked) return ErrorReply(forked.error());
+      std::vector<api::SandboxView> views;
+      for (const SandboxRecord& r : forked->sandboxes) views.push_back(ToView(r));
+      return {201, api::RenderFork(views, forked->layer), ""};
+    }
     case Route::kResume:
       return SandboxReply(200, controller_.Resume(id));
     case Route::kExec: {
@@ -304,6 +326,48 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
       break;
   }
   return NotFoundRoute(path);
+}
+
+HttpReply Router::Templates(const HttpRequest& request, std::span<const std::string_view> parts,
+                            std::string_view raw_query) {
+  const std::string_view method = request.method;
+  const std::string path = request.target.substr(0, request.target.find('?'));
+  if (parts.size() > 3) return NotFoundRoute(path);
+  if (!raw_query.empty()) {
+    return ErrorReply(Error(ErrorCode::kInvalidArgument, "this route takes no query string"));
+  }
+  if (parts.size() == 2) {  // /v1/templates
+    if (method == "GET") {
+      auto all = controller_.ListTemplates();
+      if (!all) return ErrorReply(all.error());
+      std::vector<api::TemplateView> views;
+      for (const auto& t : *all) views.push_back(ToTemplateView(t));
+      return {200, api::RenderTemplateList(views), ""};
+    }
+    if (method != "POST") return MethodNotAllowed(method, path, {"GET", "POST"});
+    auto create = api::CreateTemplateRequest::FromJson(request.body);
+    if (!create) return ErrorReply(create.error());
+    if (create->stream) {
+      HttpReply reply{200, "", ""};
+      reply.content_type = "application/x-ndjson";
+      std::shared_ptr<ExecStream> stream = controller_.StartBuild(std::move(*create));
+      reply.next_chunk = [stream] { return stream->Next(); };
+      return reply;
+    }
+    auto built = controller_.BuildTemplate(*create, [](const std::string&) {});
+    if (!built) return ErrorReply(built.error());
+    return {201, api::RenderTemplate(ToTemplateView(*built)), ""};
+  }
+  const std::string name(parts[2]);
+  if (method != "GET" && method != "DELETE") return MethodNotAllowed(method, path, {"GET", "DELETE"});
+  if (auto st = api::CheckTemplateName(name); !st) return ErrorReply(st.error());
+  if (method == "DELETE") {
+    if (auto st = controller_.DeleteTemplate(name); !st) return ErrorReply(st.error());
+    return {204, "", ""};
+  }
+  auto one = controller_.GetTemplate(name);
+  if (!one) return ErrorReply(one.error());
+  return {200, api::RenderTemplate(ToTemplateView(*one)), ""};
 }
 
 HttpReply Router::Pools(const HttpRequest& request, std::span<const std::string_view> parts,

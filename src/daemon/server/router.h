@@ -70,6 +70,8 @@ class Router {
   HttpReply Processes(const HttpRequest& request, const std::string& id,
                       std::span<const std::string_view> rest, std::string_view raw_query);
   // /v1/pools and /v1/pools/{template}; `parts` is the split path.
+  HttpReply Templates(const HttpRequest& request, std::span<const std::string_view> parts,
+                      std::string_view raw_query);
   HttpReply Pools(const HttpRequest& request, std::span<const std::string_view> parts,
                   std::string_view raw_query);
   HttpReply RenderMetrics();

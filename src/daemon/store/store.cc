@@ -62,11 +62,25 @@ CREATE TABLE pools (
   size          INTEGER NOT NULL CHECK (size >= 0)
 ) STRICT;
 )sql",
+    // 3: templates, and the read-only layers each sandbox stacks (docs/design/templates.md).
+    R"sql(
+ALTER TABLE sandboxes ADD COLUMN layers TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(layers));
+CREATE TABLE templates (
+  name          TEXT PRIMARY KEY NOT NULL,
+  state         TEXT NOT NULL CHECK (state IN ('building', 'ready', 'failed')),
+  source        TEXT NOT NULL,                           -- "build" or "snapshot of sbx-..."
+  spec          TEXT NOT NULL CHECK (json_valid(spec)),   -- what sandboxes of it get
+  layers        TEXT NOT NULL CHECK (json_valid(layers)), -- JSON array of digests, topmost first
+  created_at_ms INTEGER NOT NULL,
+  updated_at_ms INTEGER NOT NULL,
+  error         TEXT NOT NULL
+) STRICT;
+)sql",
 };
 
 constexpr std::string_view kColumns =
     "id, state, engine, template_name, cpus, memory_mb, pids_max, disk_mb, env, metadata, "
-    "created_at_ms, updated_at_ms, expires_at_ms, init_pid, resources, error, pooled";
+    "created_at_ms, updated_at_ms, expires_at_ms, init_pid, resources, error, pooled, layers";
 
 int64_t RealtimeMs() {
   timespec ts{};
@@ -134,7 +148,7 @@ Result<std::map<std::string, std::string>> ParseStringMap(const std::string& tex
 
 // The JSON columns of a record, encoded (and so checked) before any SQL runs.
 struct EncodedColumns {
-  std::string env, metadata, resources;
+  std::string env, metadata, resources, layers;
 };
 
 Result<EncodedColumns> Encode(const SandboxRecord& r) {
@@ -144,7 +158,10 @@ Result<EncodedColumns> Encode(const SandboxRecord& r) {
   if (!metadata) return std::unexpected(std::move(metadata.error()));
   auto resources = ToJson(r.resources, "resources");
   if (!resources) return std::unexpected(std::move(resources.error()));
-  return EncodedColumns{std::move(*env), std::move(*metadata), std::move(*resources)};
+  auto layers = ToJson(r.layers, "layers");
+  if (!layers) return std::unexpected(std::move(layers.error()));
+  return EncodedColumns{std::move(*env), std::move(*metadata), std::move(*resources),
+                        std::move(*layers)};
 }
 
 Status ValidateFields(const SandboxRecord& r) {
@@ -177,7 +194,8 @@ void BindRecord(Statement& stmt, const SandboxRecord& r, const EncodedColumns& e
       .Bind(14, r.init_pid)
       .Bind(15, enc.resources)
       .Bind(16, r.error)
-      .Bind(17, static_cast<int64_t>(r.pooled ? 1 : 0));
+      .Bind(17, static_cast<int64_t>(r.pooled ? 1 : 0))
+      .Bind(18, enc.layers);
 }
 
 // Reads a row selected with kColumns.
@@ -208,6 +226,9 @@ Result<SandboxRecord> ReadRecord(const Statement& stmt) {
   r.resources = std::move(*resources);
   r.error = stmt.ColumnText(15);
   r.pooled = stmt.ColumnInt(16) != 0;
+  auto layers = ParseStringArray(stmt.ColumnText(17), r.id, "layers");
+  if (!layers) return std::unexpected(std::move(layers.error()));
+  r.layers = std::move(*layers);
   return r;
 }
 
@@ -291,7 +312,7 @@ Result<SandboxRecord> Store::Insert(SandboxRecord record) {
   std::lock_guard lock(mu_);
   record.created_at_ms = record.updated_at_ms = options_.now_ms();
   auto stmt = db_.Prepare("INSERT INTO sandboxes (" + std::string(kColumns) +
-                          ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+                          ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   if (!stmt) return std::unexpected(std::move(stmt.error()));
   BindRecord(*stmt, record, *enc);
   auto done = stmt->Run();  // autocommit: one statement, one durable transaction
@@ -365,7 +386,7 @@ Status Store::UpdateLocked(const SandboxRecord& record) {
       "UPDATE sandboxes SET state = ?2, engine = ?3, template_name = ?4, cpus = ?5, "
       "memory_mb = ?6, pids_max = ?7, disk_mb = ?8, env = ?9, metadata = ?10, "
       "created_at_ms = ?11, updated_at_ms = ?12, expires_at_ms = ?13, init_pid = ?14, "
-      "resources = ?15, error = ?16, pooled = ?17 WHERE id = ?1");
+      "resources = ?15, error = ?16, pooled = ?17, layers = ?18 WHERE id = ?1");
   if (!stmt) return std::unexpected(std::move(stmt.error()));
   BindRecord(*stmt, record, *enc);
   auto done = stmt->Run();

@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -54,7 +55,26 @@ struct SandboxRecord {
   // Made by the warm-pool filler and not claimed by a create yet (docs/design/pools.md). The
   // API never shows such a record; a claim clears the flag.
   bool pooled = false;
+  // The read-only layers under its root, topmost first: its template's, and for a fork the
+  // snapshot it started from. A layer in use by any live record is never removed.
+  std::vector<std::string> layers;
   bool operator==(const SandboxRecord&) const = default;
+};
+
+// A template (docs/design/templates.md): layers and the settings its sandboxes start with.
+enum class TemplateState { kBuilding, kReady, kFailed };
+std::string_view TemplateStateName(TemplateState state);
+
+struct TemplateRecord {
+  std::string name;  // api::CheckTemplateName holds; never "base"
+  TemplateState state = TemplateState::kBuilding;
+  std::string source;  // "build" or "snapshot of sbx-..."
+  std::string spec;    // JSON object: base, steps, env, workdir, limits, start_cmd, ready_cmd
+  std::vector<std::string> layers;  // digests, topmost first (empty while building)
+  int64_t created_at_ms = 0;        // set by the store on insert
+  int64_t updated_at_ms = 0;        // set by the store on every write
+  std::string error;                // why a build failed
+  bool operator==(const TemplateRecord&) const = default;
 };
 
 struct ListFilter {
@@ -163,6 +183,22 @@ class Store {
   [[nodiscard]] Status SetPoolSize(std::string_view template_name, int64_t size);
   // Every pool size recorded by SetPoolSize.
   [[nodiscard]] Result<std::map<std::string, int64_t>> PoolSizes();
+
+  // --- Templates (templates.cc; docs/design/templates.md) ---------------------------------
+
+  // Adds a template (state building unless the record says otherwise); kAlreadyExists if the
+  // name is taken, whatever its state.
+  [[nodiscard]] Result<TemplateRecord> InsertTemplate(TemplateRecord record);
+  [[nodiscard]] Result<TemplateRecord> GetTemplate(std::string_view name);
+  // Every template, by name.
+  [[nodiscard]] Result<std::vector<TemplateRecord>> ListTemplates();
+  // Writes state, layers, spec and error of an existing template.
+  [[nodiscard]] Result<TemplateRecord> UpdateTemplate(const TemplateRecord& record);
+  // Removes a template, atomically refusing (kFailedPrecondition, 409) while a sandbox that is
+  // not destroyed or failed (pooled ones included) was made from it, or while it is building.
+  [[nodiscard]] Status DeleteTemplate(std::string_view name);
+  // Every layer digest that a template or a sandbox not yet destroyed or failed refers to.
+  [[nodiscard]] Result<std::set<std::string>> LayersInUse();
 
   // --- API keys (api_keys.cc) ------------------------------------------------------------
 

@@ -477,21 +477,32 @@ Status JailRuntime::UpdateLimits(const std::string& id, const runtime::Limits& l
 }
 
 Result<runtime::LayerSnapshot> JailRuntime::SnapshotLayer(const std::string& id) {
-  // The sandbox stays frozen while its layer is copied (a consistent tree), and under mu_ so
-  // that no Pause, Resume or Destroy interleaves; a sandbox paused before stays paused.
-  std::lock_guard lock(mu_);
-  auto it = live_.find(id);
-  if (it == live_.end()) return Fail(ErrorCode::kNotFound, "sandbox " + id + " does not exist");
-  Live& live = it->second;
-  if (!live.paused) {
-    if (auto st = live.cgroup.Freeze(); !st) return std::unexpected(st.error());
+  // Frozen while its layer is copied (a consistent tree); a sandbox paused before stays paused.
+  // mu_ is not held during the copy (other sandboxes' calls go on); the caller keeps this
+  // sandbox's pause, resume and destroy out of the way meanwhile (the open fd would keep its
+  // layer readable even through a destroy).
+  pid_t init_pid = 0;
+  uid_t uid_base = 0;
+  bool was_paused = false;
+  std::optional<SandboxCgroup> cgroup;
+  {
+    std::lock_guard lock(mu_);
+    auto it = live_.find(id);
+    if (it == live_.end()) return Fail(ErrorCode::kNotFound, "sandbox " + id + " does not exist");
+    init_pid = it->second.init_pid;
+    uid_base = it->second.uid_base;
+    was_paused = it->second.paused;
+    cgroup = it->second.cgroup;
+    if (!was_paused) {
+      if (auto st = cgroup->Freeze(); !st) return std::unexpected(st.error());
+    }
   }
   auto thaw = [&] {
-    if (!live.paused) (void)live.cgroup.Thaw();
+    if (!was_paused) (void)cgroup->Thaw();
   };
   // PID 1 holds the root of its writable layer as fd 4 (contain.h); upper/ is what it wrote.
-  std::string disk = "/proc/" + std::to_string(live.init_pid) + "/fd/" +
-                     std::to_string(kWritableLayerFd);
+  std::string disk =
+      "/proc/" + std::to_string(init_pid) + "/fd/" + std::to_string(kWritableLayerFd);
   UniqueFd root(::open(disk.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   struct statfs fs_info;
   if (!root || ::fstatfs(root.get(), &fs_info) < 0 || fs_info.f_type != TMPFS_MAGIC) {
@@ -505,7 +516,7 @@ Result<runtime::LayerSnapshot> JailRuntime::SnapshotLayer(const std::string& id)
     thaw();
     return FailErrno("opening the writable layer of " + id, err);
   }
-  auto imported = layers_.Import(upper.get(), live.uid_base);
+  auto imported = layers_.Import(upper.get(), uid_base);
   thaw();
   if (!imported) return std::unexpected(imported.error().Wrap("snapshotting " + id));
   return runtime::LayerSnapshot{imported->digest, imported->files, imported->bytes,

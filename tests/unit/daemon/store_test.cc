@@ -957,5 +957,80 @@ TEST_F(StoreTest, PoolSizesAreDurableAndValidated) {
   EXPECT_EQ(*store_->PoolSizes(), (std::map<std::string, int64_t>{{"base", 2}, {"py", 0}}));
 }
 
+TemplateRecord MakeTemplate(const std::string& name, std::vector<std::string> layers = {}) {
+  TemplateRecord t;
+  t.name = name;
+  t.source = "build";
+  t.spec = R"({"base": "base"})";
+  t.layers = std::move(layers);
+  return t;
+}
+
+TEST_F(StoreTest, TemplatesAreDurableAndNamesAreUnique) {
+  auto made = store_->InsertTemplate(MakeTemplate("app"));
+  ASSERT_TRUE(made.has_value()) << made.error().message();
+  EXPECT_EQ(made->state, TemplateState::kBuilding);
+  EXPECT_EQ(made->created_at_ms, now_.load());
+  EXPECT_EQ(store_->InsertTemplate(MakeTemplate("app")).error().code(),
+            ErrorCode::kAlreadyExists);
+  TemplateRecord ready = *made;
+  ready.state = TemplateState::kReady;
+  ready.layers = {"l2", "l1"};
+  ASSERT_TRUE(store_->UpdateTemplate(ready).has_value());
+  Reopen();
+  auto got = store_->GetTemplate("app");
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->state, TemplateState::kReady);
+  EXPECT_EQ(got->layers, (std::vector<std::string>{"l2", "l1"}));
+  EXPECT_EQ(store_->GetTemplate("nope").error().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(store_->UpdateTemplate(MakeTemplate("nope")).error().code(), ErrorCode::kNotFound);
+  TemplateRecord bad = MakeTemplate("bad");
+  bad.spec = "[1]";
+  EXPECT_EQ(store_->InsertTemplate(bad).error().code(), ErrorCode::kInvalidArgument);
+  ASSERT_TRUE(store_->InsertTemplate(MakeTemplate("b-second")).has_value());
+  auto all = store_->ListTemplates();
+  ASSERT_TRUE(all.has_value());
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].name, "app");  // by name
+}
+
+TEST_F(StoreTest, ATemplateInUseOrBuildingIsNotDeleted) {
+  TemplateRecord t = MakeTemplate("python-3.11", {"l1"});
+  t.state = TemplateState::kBuilding;
+  ASSERT_TRUE(store_->InsertTemplate(t).has_value());
+  EXPECT_EQ(store_->DeleteTemplate("python-3.11").error().code(), ErrorCode::kFailedPrecondition);
+  t.state = TemplateState::kReady;
+  ASSERT_TRUE(store_->UpdateTemplate(t).has_value());
+  InState("sbx-user1", S::kRunning);  // MakeRecord's template is python-3.11
+  auto busy = store_->DeleteTemplate("python-3.11");
+  ASSERT_FALSE(busy.has_value());
+  EXPECT_EQ(busy.error().code(), ErrorCode::kFailedPrecondition);
+  EXPECT_NE(busy.error().message().find("sbx-user1"), std::string::npos);
+  ASSERT_TRUE(store_->Transition("sbx-user1", {}, S::kDestroying).has_value());
+  ASSERT_TRUE(store_->Transition("sbx-user1", {}, S::kDestroyed).has_value());
+  // A pooled sandbox of it counts too, and its pool size goes with the template.
+  Pooled(*store_, "sbx-pool1", "python-3.11");
+  ASSERT_TRUE(store_->SetPoolSize("python-3.11", 1).has_value());
+  EXPECT_EQ(store_->DeleteTemplate("python-3.11").error().code(), ErrorCode::kFailedPrecondition);
+  ASSERT_TRUE(store_->Transition("sbx-pool1", {}, S::kFailed).has_value());
+  ASSERT_TRUE(store_->DeleteTemplate("python-3.11").has_value());
+  EXPECT_EQ(store_->GetTemplate("python-3.11").error().code(), ErrorCode::kNotFound);
+  EXPECT_TRUE(store_->PoolSizes()->empty());
+  EXPECT_EQ(store_->DeleteTemplate("python-3.11").error().code(), ErrorCode::kNotFound);
+}
+
+TEST_F(StoreTest, LayersInUseAreThoseOfTemplatesAndLiveSandboxes) {
+  ASSERT_TRUE(store_->InsertTemplate(MakeTemplate("t", {"a", "b"})).has_value());
+  SandboxRecord live = MakeRecord("sbx-live");
+  live.layers = {"c", "b"};
+  ASSERT_TRUE(store_->Insert(live).has_value());
+  SandboxRecord gone = MakeRecord("sbx-gone");
+  gone.layers = {"d"};
+  ASSERT_TRUE(store_->Insert(gone).has_value());
+  ASSERT_TRUE(store_->Transition("sbx-gone", {}, S::kFailed).has_value());
+  EXPECT_EQ(store_->Get("sbx-live")->layers, (std::vector<std::string>{"c", "b"}));
+  EXPECT_EQ(*store_->LayersInUse(), (std::set<std::string>{"a", "b", "c"}));
+}
+
 }  // namespace
 }  // namespace airlock::store

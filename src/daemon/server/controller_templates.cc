@@ -1,0 +1,552 @@
+// Templates, snapshots and forks (docs/design/templates.md). The Controller's other parts are
+// controller.cc and controller_pool.cc.
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+#include <utility>
+
+#include "common/log.h"
+#include "daemon/server/controller.h"
+
+namespace airlock::daemon {
+namespace {
+
+using json = nlohmann::json;
+using store::SandboxRecord;
+using store::TemplateRecord;
+using store::TemplateState;
+
+// The most layers a root stacks (the jail's kMaxLayers); a snapshot of a snapshot of ... past
+// it is refused, not silently flattened.
+constexpr size_t kMaxLayers = 64;
+// A build sandbox lives no longer than this (its TTL), whatever happens to the build.
+constexpr int64_t kBuildTtlSeconds = 6 * 3600;
+// How often ready_cmd is tried.
+constexpr auto kReadyPoll = std::chrono::milliseconds(50);
+// One try of ready_cmd may take this long.
+constexpr double kReadyTryTimeoutSeconds = 10;
+
+std::chrono::system_clock::time_point FromMs(int64_t ms) {
+  return std::chrono::system_clock::time_point(std::chrono::milliseconds(ms));
+}
+
+api::EnvMap EnvFromList(const std::vector<std::string>& list) {
+  api::EnvMap env;
+  for (const std::string& kv : list) {
+    const size_t eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return env;
+}
+
+runtime::Limits LimitsOf(const SandboxRecord& r) {
+  runtime::Limits limits;
+  limits.cpus = r.limits.cpus;
+  limits.memory_mb = static_cast<uint64_t>(r.limits.memory_mb);
+  limits.pids_max = static_cast<uint64_t>(r.limits.pids_max);
+  limits.disk_mb = static_cast<uint64_t>(r.limits.disk_mb);
+  return limits;
+}
+
+// The built-in template, as the API shows it.
+TemplateRecord BaseTemplate() {
+  TemplateRecord base;
+  base.name = std::string(api::kDefaultTemplate);
+  base.state = TemplateState::kReady;
+  base.source = "built-in: the host's /usr, read-only, and a fresh /etc";
+  base.spec = "{}";
+  // Made afresh by each start of the daemon (JailRuntime::Open): its time is the first look.
+  static const int64_t made_at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                        std::chrono::system_clock::now().time_since_epoch())
+                                        .count();
+  base.created_at_ms = base.updated_at_ms = made_at_ms;
+  return base;
+}
+
+}  // namespace
+
+api::TemplateView ToTemplateView(const TemplateRecord& r) {
+  return {.name = r.name,
+          .state = std::string(store::TemplateStateName(r.state)),
+          .source = r.source,
+          .settings = r.spec,
+          .layers = r.layers,
+          .created_at = FromMs(r.created_at_ms),
+          .updated_at = FromMs(r.updated_at_ms),
+          .error = r.error};
+}
+
+Status Controller::CheckTemplate(const std::string& name) {
+  if (name == api::kDefaultTemplate) {
+    if (!runtime_.HasTemplate(name)) {
+      return Fail(ErrorCode::kNotFound, "template '" + name + "' does not exist");
+    }
+    return {};
+  }
+  auto t = store_.GetTemplate(name);
+  if (!t) return std::unexpected(t.error());
+  if (t->state != TemplateState::kReady) {
+    return Fail(ErrorCode::kFailedPrecondition,
+                "template '" + name + "' is " + std::string(store::TemplateStateName(t->state)) +
+                    (t->error.empty() ? "" : ": " + t->error));
+  }
+  return {};
+}
+
+Result<Controller::Resolved> Controller::ResolveTemplate(const api::CreateSandboxRequest& request) {
+  if (auto st = CheckTemplate(request.template_name); !st) return std::unexpected(st.error());
+  Resolved r;
+  r.request = request;
+  if (request.template_name == api::kDefaultTemplate) return r;
+  auto t = store_.GetTemplate(request.template_name);
+  if (!t) return std::unexpected(t.error());
+  auto settings = api::TemplateSettings::FromJson(t->spec);
+  if (!settings) return std::unexpected(settings.error().Wrap("template " + t->name));
+  // The template's settings first, then the request's over them.
+  api::EnvMap env = settings->env;
+  for (const auto& [key, value] : request.env) env[key] = value;
+  r.request.env = std::move(env);
+  runtime::Limits limits;
+  settings->limits_given.Apply(settings->limits, limits);
+  request.limits_given.Apply(request.limits, limits);
+  r.request.limits.cpus = limits.cpus;
+  r.request.limits.memory_mb = limits.memory_mb;
+  r.request.limits.pids_max = limits.pids_max;
+  r.request.limits.disk_mb = limits.disk_mb;
+  r.origin = {t->layers, settings->workdir};
+  r.start_cmd = settings->start_cmd;
+  r.ready_cmd = settings->ready_cmd;
+  r.ready_timeout_seconds = settings->ready_timeout_seconds;
+  return r;
+}
+
+Status Controller::StartTemplateCommands(const std::string& id, const Resolved& resolved) {
+  if (!resolved.start_cmd.empty()) {
+    api::ExecRequest start;
+    start.cmd = resolved.start_cmd;
+    start.background = true;
+    if (auto started = StartBackground(id, start); !started) {
+      return std::unexpected(started.error().Wrap("starting the template's start_cmd"));
+    }
+  }
+  if (resolved.ready_cmd.empty()) return {};
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(
+                            static_cast<int64_t>(resolved.ready_timeout_seconds * 1000));
+  api::ExecRequest ready;
+  ready.cmd = resolved.ready_cmd;
+  ready.timeout_seconds = kReadyTryTimeoutSeconds;
+  std::string last;
+  while (true) {
+    auto result = Exec(id, ready);
+    if (!result) return std::unexpected(result.error().Wrap("running the template's ready_cmd"));
+    if (result->exit.exit_code == 0 && result->exit.term_signal == 0) return {};
+    last = result->stderr_data.empty() ? result->stdout_data : result->stderr_data;
+    if (std::chrono::steady_clock::now() + kReadyPoll >= deadline) break;
+    std::this_thread::sleep_for(kReadyPoll);
+  }
+  if (last.size() > 512) last = "..." + last.substr(last.size() - 512);
+  return Fail(ErrorCode::kUnavailable,
+              "the template's ready_cmd did not succeed within " +
+                  std::to_string(static_cast<int64_t>(resolved.ready_timeout_seconds)) +
+                  " s; its last output: " + last);
+}
+
+Result<runtime::LayerSnapshot> Controller::SnapshotLayer(const std::string& id) {
+  // No pause, resume or destroy of the sandbox while it is frozen for the copy.
+  std::shared_ptr<Live> live = FindLive(id);
+  if (!live) return Fail(ErrorCode::kNotFound, "sandbox " + id + " is not held by this daemon");
+  std::lock_guard lock(live->lifecycle_mu);
+  return runtime_.SnapshotLayer(id);
+}
+
+Result<TemplateRecord> Controller::BuildTemplate(const api::CreateTemplateRequest& request,
+                                                 const std::function<void(std::string)>& log) {
+  api::TemplateSettings settings = api::TemplateSettings::From(request);
+  std::vector<std::string> base_layers;
+  if (request.base != api::kDefaultTemplate) {
+    if (auto st = CheckTemplate(request.base); !st) return std::unexpected(st.error());
+    auto base = store_.GetTemplate(request.base);
+    if (!base) return std::unexpected(base.error());
+    base_layers = base->layers;
+    if (base_layers.size() >= kMaxLayers) {
+      return Fail(ErrorCode::kFailedPrecondition,
+                  "template '" + request.base + "' already stacks " +
+                      std::to_string(base_layers.size()) + " layers, the most there can be");
+    }
+    // What the base gives its sandboxes, the new template gives too, unless it says otherwise.
+    auto inherited = api::TemplateSettings::FromJson(base->spec);
+    if (!inherited) return std::unexpected(inherited.error());
+    for (const auto& [key, value] : inherited->env) settings.env.try_emplace(key, value);
+    if (settings.workdir.empty()) settings.workdir = inherited->workdir;
+    runtime::Limits limits;
+    inherited->limits_given.Apply(inherited->limits, limits);
+    request.limits_given.Apply(request.limits, limits);
+    settings.limits = limits;
+    settings.limits_given.cpus |= inherited->limits_given.cpus;
+    settings.limits_given.memory_mb |= inherited->limits_given.memory_mb;
+    settings.limits_given.pids_max |= inherited->limits_given.pids_max;
+    settings.limits_given.disk_mb |= inherited->limits_given.disk_mb;
+    if (settings.start_cmd.empty()) settings.start_cmd = inherited->start_cmd;
+    if (settings.ready_cmd.empty()) {
+      settings.ready_cmd = inherited->ready_cmd;
+      settings.ready_timeout_seconds = inherited->ready_timeout_seconds;
+    }
+  }
+  TemplateRecord record;
+  record.name = request.name;
+  record.state = TemplateState::kBuilding;
+  record.source = "build";
+  record.spec = settings.ToJson(request.steps);
+  auto inserted = store_.InsertTemplate(record);
+  if (!inserted) return std::unexpected(inserted.error());
+  record = std::move(*inserted);
+
+  std::string build_id;
+  auto fail = [&](Error error) -> Result<TemplateRecord> {
+    if (!build_id.empty()) {
+      if (auto st = Destroy(build_id); !st) spdlog::error("build: {}", st.error().message());
+      std::lock_guard lock(builds_mu_);
+      build_sandboxes_.erase(build_id);
+    }
+    record.state = TemplateState::kFailed;
+    record.error = error.message();
+    if (auto st = store_.UpdateTemplate(record); !st) {
+      spdlog::error("template {}: {}", record.name, st.error().message());
+    }
+    spdlog::warn("template {}: build failed: {}", record.name, error.message());
+    return std::unexpected(std::move(error).Wrap("building template " + record.name));
+  };
+
+  // The build sandbox: the base's root and settings, the template's env, workdir and limits.
+  api::CreateSandboxRequest sandbox_request;
+  sandbox_request.template_name = request.base;
+  sandbox_request.ttl_seconds = kBuildTtlSeconds;
+  sandbox_request.env = settings.env;
+  settings.limits_given.Apply(settings.limits, sandbox_request.limits);
+  sandbox_request.metadata["airlock.build"] = request.name;
+  {
+    std::lock_guard lock(builds_mu_);
+    if (builds_stop_) return fail(Error(ErrorCode::kUnavailable, "airlockd is shutting down"));
+  }
+  const Origin origin{base_layers, ""};
+  auto sandbox = CreateSandbox(sandbox_request, /*pooled=*/false, &origin);
+  if (!sandbox) return fail(sandbox.error().Wrap("creating the build sandbox"));
+  build_id = sandbox->id;
+  {
+    std::lock_guard lock(builds_mu_);
+    build_sandboxes_.insert(build_id);
+  }
+  spdlog::info("template {}: building in {}", record.name, build_id);
+  // The workdir exists before the steps, which run in it.
+  if (!settings.workdir.empty()) {
+    api::ExecRequest mkdir;
+    mkdir.argv = {"mkdir", "-p", settings.workdir};
+    mkdir.user = "root";
+    auto made = Exec(build_id, mkdir);
+    if (!made || made->exit.exit_code != 0) {
+      return fail(made ? Error(ErrorCode::kFailedPrecondition,
+                               "making workdir " + settings.workdir + ": " + made->stderr_data)
+                       : made.error());
+    }
+  }
+
+  const json described = json::parse(record.spec)["steps"];
+  for (size_t i = 0; i < request.steps.size(); ++i) {
+    const api::TemplateStep& step = request.steps[i];
+    log(api::RenderStepEvent(i, described.at(i).dump(), std::chrono::system_clock::now()));
+    const std::string what = "step " + std::to_string(i + 1);
+    if (step.is_copy()) {
+      api::FileQuery query;
+      query.path = step.path;
+      query.mode = step.mode;
+      query.parents = true;
+      if (auto written = WriteFile(build_id, query, step.content); !written) {
+        return fail(written.error().Wrap(what + " (copy to " + step.path + ")"));
+      }
+      continue;
+    }
+    api::ExecRequest exec;
+    exec.cmd = step.run;
+    exec.user = step.user;
+    exec.cwd = settings.workdir;
+    exec.timeout_seconds = step.timeout_seconds;
+    exec.stream = true;
+    auto stream = StartExec(build_id, exec);
+    if (!stream) return fail(stream.error().Wrap(what));
+    std::string tail;  // the end of its output, for the error message
+    std::optional<json> exit;
+    while (auto lines = (*stream)->Next()) {
+      if (lines->empty()) continue;
+      log(*lines);
+      for (size_t at = 0; at < lines->size();) {
+        size_t nl = lines->find('\n', at);
+        if (nl == std::string::npos) nl = lines->size();
+        json event = json::parse(lines->substr(at, nl - at), nullptr, false);
+        at = nl + 1;
+        if (!event.is_object()) continue;
+        const std::string type = event.value("type", "");
+        if (type == "exit" || type == "error") exit = event;
+        if ((type == "stdout" || type == "stderr") && event.value("data_encoding", "") == "utf-8") {
+          tail += event.value("data", "");
+          if (tail.size() > 2048) tail.erase(0, tail.size() - 2048);
+        }
+      }
+    }
+    if (!exit) return fail(Error(ErrorCode::kInternal, what + ": the command's stream ended early"));
+    if (exit->value("type", "") == "error") {
+      return fail(Error(ErrorCode::kInternal, what + ": " + (*exit)["error"].value("message", "")));
+    }
+    const json code = exit->value("exit_code", json());
+    if (!code.is_number_integer() || code.get<int64_t>() != 0) {
+      std::string how = exit->value("timed_out", false) ? "timed out"
+                        : code.is_number_integer()       ? "exited " + code.dump()
+                                                         : "was killed by signal " +
+                                                               exit->value("signal", json()).dump();
+      if (tail.size() > 1024) tail = "..." + tail.substr(tail.size() - 1024);
+      return fail(Error(ErrorCode::kFailedPrecondition,
+                        what + " (" + step.run + ") " + how + "; its output ended with: " + tail));
+    }
+  }
+
+  log(api::RenderSnapshotEvent(std::chrono::system_clock::now()));
+  {
+    std::lock_guard<std::recursive_mutex> layers_lock(layers_mu_);
+    auto layer = SnapshotLayer(build_id);
+    if (!layer) return fail(layer.error());
+    record.layers = {layer->digest};
+    record.layers.insert(record.layers.end(), base_layers.begin(), base_layers.end());
+    record.state = TemplateState::kReady;
+    auto ready = store_.UpdateTemplate(record);
+    if (!ready) return fail(ready.error());
+    record = std::move(*ready);
+    spdlog::info("template {}: ready (layer {}: {} files, {} bytes)", record.name, layer->digest,
+                 layer->files, layer->bytes);
+  }
+  if (auto st = Destroy(build_id); !st) spdlog::error("build: {}", st.error().message());
+  {
+    std::lock_guard lock(builds_mu_);
+    build_sandboxes_.erase(build_id);
+  }
+  log(api::RenderDoneEvent(ToTemplateView(record), std::chrono::system_clock::now()));
+  return record;
+}
+
+// The events of a build running on its own thread, through a queue.
+class BuildEvents : public ExecStream {
+ public:
+  struct Queue {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::string> lines;
+    size_t bytes = 0;
+    bool done = false;
+    bool reader_gone = false;
+  };
+  explicit BuildEvents(std::shared_ptr<Queue> queue) : queue_(std::move(queue)) {}
+  ~BuildEvents() override {
+    std::lock_guard lock(queue_->mu);
+    queue_->reader_gone = true;  // the build goes on; its events are dropped
+    queue_->lines.clear();
+  }
+  std::optional<std::string> Next() override {
+    std::unique_lock lock(queue_->mu);
+    queue_->cv.wait_for(lock, std::chrono::seconds(1),
+                        [&] { return !queue_->lines.empty() || queue_->done; });
+    if (queue_->lines.empty()) {
+      if (queue_->done) return std::nullopt;
+      return std::string();
+    }
+    std::string out;
+    while (!queue_->lines.empty() && out.size() < (1u << 20)) {
+      out += queue_->lines.front();
+      queue_->bytes -= queue_->lines.front().size();
+      queue_->lines.pop_front();
+    }
+    queue_->cv.notify_all();
+    return out;
+  }
+  int32_t pid() const override { return 0; }
+
+ private:
+  std::shared_ptr<Queue> queue_;
+};
+
+std::unique_ptr<ExecStream> Controller::StartBuild(api::CreateTemplateRequest request) {
+  auto queue = std::make_shared<BuildEvents::Queue>();
+  auto push = [queue](std::string line) {
+    std::unique_lock lock(queue->mu);
+    // A slow reader holds the build back (at most 8 MiB waits); a reader that left does not.
+    queue->cv.wait(lock, [&] { return queue->reader_gone || queue->bytes < (8u << 20); });
+    if (queue->reader_gone) return;
+    queue->bytes += line.size();
+    queue->lines.push_back(std::move(line));
+    queue->cv.notify_all();
+  };
+  std::lock_guard lock(builds_mu_);
+  builds_.emplace_back([this, queue, push, request = std::move(request)] {
+    auto built = BuildTemplate(request, push);
+    if (!built) push(api::RenderErrorEvent(built.error(), std::chrono::system_clock::now()));
+    std::lock_guard done_lock(queue->mu);
+    queue->done = true;
+    queue->cv.notify_all();
+  });
+  return std::make_unique<BuildEvents>(queue);
+}
+
+void Controller::JoinBuilds() {
+  std::vector<std::thread> threads;
+  std::set<std::string> sandboxes;
+  {
+    std::lock_guard lock(builds_mu_);
+    builds_stop_ = true;
+    threads.swap(builds_);
+    sandboxes = build_sandboxes_;
+  }
+  // Destroying a build's sandbox ends the step it runs; the build then fails and returns.
+  for (const std::string& id : sandboxes) (void)Destroy(id);
+  for (std::thread& t : threads) t.join();
+}
+
+Result<TemplateRecord> Controller::GetTemplate(const std::string& name) {
+  if (name == api::kDefaultTemplate) return BaseTemplate();
+  return store_.GetTemplate(name);
+}
+
+Result<std::vector<TemplateRecord>> Controller::ListTemplates() {
+  auto all = store_.ListTemplates();
+  if (all) all->insert(all->begin(), BaseTemplate());
+  return all;
+}
+
+Status Controller::DeleteTemplate(const std::string& name) {
+  if (name == api::kDefaultTemplate) {
+    return Fail(ErrorCode::kFailedPrecondition, "the base template cannot be deleted");
+  }
+  if (auto st = store_.DeleteTemplate(name); !st) return st;
+  {
+    std::lock_guard lock(pool_mu_);
+    pools_.erase(name);
+  }
+  spdlog::info("template {}: deleted", name);
+  (void)CollectLayers();
+  return {};
+}
+
+Result<TemplateRecord> Controller::Snapshot(const std::string& id,
+                                            const api::SnapshotRequest& request) {
+  auto source = Get(id);
+  if (!source) return std::unexpected(source.error());
+  if (source->state != store::SandboxState::kRunning &&
+      source->state != store::SandboxState::kPaused) {
+    return Fail(ErrorCode::kFailedPrecondition, "sandbox " + id + " is " +
+                                                    std::string(SandboxStateName(source->state)) +
+                                                    ", not running or paused");
+  }
+  if (source->layers.size() >= kMaxLayers) {
+    return Fail(ErrorCode::kFailedPrecondition,
+                "sandbox " + id + " already stacks " + std::to_string(source->layers.size()) +
+                    " layers, the most there can be");
+  }
+  // The snapshot's sandboxes get what the source's template gave it.
+  api::TemplateSettings settings;
+  if (source->template_name != api::kDefaultTemplate) {
+    if (auto t = store_.GetTemplate(source->template_name)) {
+      if (auto s = api::TemplateSettings::FromJson(t->spec)) settings = std::move(*s);
+    }
+  }
+  settings.base = source->template_name;
+  TemplateRecord record;
+  record.name = request.name;
+  record.source = "snapshot of " + id;
+  record.spec = settings.ToJson({});
+  auto inserted = store_.InsertTemplate(record);  // the name is taken before the copy
+  if (!inserted) return std::unexpected(inserted.error());
+  record = std::move(*inserted);
+  std::lock_guard<std::recursive_mutex> layers_lock(layers_mu_);
+  auto layer = SnapshotLayer(id);
+  if (!layer) {
+    record.state = TemplateState::kFailed;
+    record.error = layer.error().message();
+    (void)store_.UpdateTemplate(record);
+    return std::unexpected(layer.error());
+  }
+  record.layers = {layer->digest};
+  record.layers.insert(record.layers.end(), source->layers.begin(), source->layers.end());
+  record.state = TemplateState::kReady;
+  spdlog::info("template {}: snapshot of {} (layer {}: {} files, {} bytes)", record.name, id,
+               layer->digest, layer->files, layer->bytes);
+  return store_.UpdateTemplate(record);
+}
+
+Result<Controller::Forked> Controller::Fork(const std::string& id,
+                                            const api::ForkRequest& request) {
+  auto source = Get(id);
+  if (!source) return std::unexpected(source.error());
+  if (source->state != store::SandboxState::kRunning &&
+      source->state != store::SandboxState::kPaused) {
+    return Fail(ErrorCode::kFailedPrecondition, "sandbox " + id + " is " +
+                                                    std::string(SandboxStateName(source->state)) +
+                                                    ", not running or paused");
+  }
+  if (source->layers.size() >= kMaxLayers) {
+    return Fail(ErrorCode::kFailedPrecondition,
+                "sandbox " + id + " already stacks " + std::to_string(source->layers.size()) +
+                    " layers, the most there can be");
+  }
+  api::CreateSandboxRequest like;
+  like.template_name = source->template_name;
+  like.ttl_seconds = request.ttl_seconds;
+  like.limits = LimitsOf(*source);
+  like.env = EnvFromList(source->env);
+  like.metadata = request.metadata.value_or(source->metadata);
+  like.metadata["airlock.forked_from"] = id;
+  auto workdir = source->resources.find(kWorkdir);
+
+  // Under layers_mu_ until the forks' records name the new layer.
+  std::lock_guard<std::recursive_mutex> layers_lock(layers_mu_);
+  auto layer = SnapshotLayer(id);
+  if (!layer) return std::unexpected(layer.error());
+  Origin origin;
+  origin.layers = {layer->digest};
+  origin.layers.insert(origin.layers.end(), source->layers.begin(), source->layers.end());
+  if (workdir != source->resources.end()) origin.workdir = workdir->second;
+  Forked forked;
+  forked.layer = layer->digest;
+  for (int64_t i = 0; i < request.count; ++i) {
+    auto made = CreateSandbox(like, /*pooled=*/false, &origin);
+    if (!made) {
+      for (const SandboxRecord& r : forked.sandboxes) (void)DestroySandbox(r.id, false);
+      return std::unexpected(made.error().Wrap("forking " + id));
+    }
+    forked.sandboxes.push_back(std::move(*made));
+  }
+  spdlog::info("forked {} into {} sandbox(es) (layer {}: {} files, {} bytes)", id,
+               request.count, layer->digest, layer->files, layer->bytes);
+  return forked;
+}
+
+Result<int> Controller::CollectLayers() {
+  std::lock_guard<std::recursive_mutex> layers_lock(layers_mu_);
+  auto used = store_.LayersInUse();
+  if (!used) return std::unexpected(used.error());
+  auto stored = runtime_.ListLayers();
+  if (!stored) return std::unexpected(stored.error());
+  int removed = 0;
+  for (const std::string& digest : *stored) {
+    if (used->contains(digest)) continue;
+    if (auto st = runtime_.RemoveLayer(digest); !st) {
+      spdlog::error("removing layer {}: {}", digest, st.error().message());
+      continue;
+    }
+    ++removed;
+  }
+  if (removed > 0) spdlog::info("removed {} layer(s) nothing uses any more", removed);
+  return removed;
+}
+
+}  // namespace airlock::daemon
