@@ -129,6 +129,8 @@ class IdleBwrap {
     return {};
   }
 
+  // The host pid of bwrap itself (outside the sandbox).
+  pid_t pid() const { return pid_; }
   // The host pid of the sandbox's first process (inside its namespaces).
   pid_t child_pid() const { return child_pid_; }
 
