@@ -1190,7 +1190,7 @@ int Run(const Flags& flags) {
   json targets = json::array();
   auto target = [&](const std::string& name, const std::string& measured, json met) {
     std::printf("  %-46s %14s  %s\n", name.c_str(), measured.c_str(),
-                met.is_null()     ? "not measured"
+                met.is_null()     ? "not judged"
                 : met.get<bool>() ? "met"
                                   : "NOT met");
     targets.push_back({{"target", name}, {"measured", measured}, {"met", met}});
@@ -1215,11 +1215,14 @@ int Run(const Flags& flags) {
     if (d["engine"] != "airlock") continue;
     const int alive = d["alive"].get<int>();
     const double mib = d["judged_mib_each"].get<double>();
+    // One target: 1,000 at once at <= 2 MiB each. With fewer, MemAvailable's noise (other
+    // processes) is larger than what is measured, so neither half is judged.
+    const bool judged = plan.density >= 1000;
     target(">= 1000 idle sandboxes (made and answering)",
            std::to_string(alive) + " of " + std::to_string(plan.density),
-           plan.density < 1000 ? json() : json(alive >= 1000));
+           judged ? json(alive >= 1000) : json());
     std::snprintf(buf, sizeof buf, "%.2f MiB", mib);
-    target("<= 2 MiB host memory per idle sandbox", buf, json(mib <= 2.0));
+    target("<= 2 MiB host memory per idle sandbox", buf, judged ? json(mib <= 2.0) : json());
   }
 
   if (!flags.json_path.empty()) {
