@@ -7,7 +7,8 @@
 //   lifecycles       create, exec `true`, delete at concurrency 1, 8 and 32 (lifecycles/s)
 //   fork             POST .../fork {"count": N} (reported as not available if the route is not)
 //   density          N idle sandboxes: how many were made and answer, and the host memory each
-//                    one costs (MemAvailable before and after, over N)
+//                    one costs (the fall of MemAvailable, and the rise of the kernel's memory
+//                    plus the sandboxes' PSS, over N; judged on the larger)
 //
 // each beside the nearest bubblewrap and runsc (gVisor) equivalent measured in the same run:
 // a cold start of `true` (for creates and lifecycles; neither has a warm pool), nsenter into an
