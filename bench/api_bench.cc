@@ -39,6 +39,7 @@
 #include "client/http_client.h"
 #include "common/error.h"
 #include "common/ids.h"
+#include "api_lifecycle.h"
 #include "daemon_process.h"
 #include "protocol/client.h"
 #include "runtime/jail/jail_runtime.h"
@@ -46,9 +47,21 @@
 
 namespace {
 
+using airlock::bench::BasePool;
+using airlock::bench::Failure;
+using airlock::bench::FillPool;
 using airlock::bench::g_interrupted;
 using airlock::bench::InstallSignalHandlers;
+using airlock::bench::LevelResult;
+using airlock::bench::Lifecycle;
+using airlock::bench::LifecycleFn;
+using airlock::bench::PrintFailures;
+using airlock::bench::RunLevel;
+using airlock::bench::Us;
+using airlock::bench::WorkerFactory;
 using airlock::bench::WriteResults;
+
+constexpr char kTag[] = "airlock-bench-api";
 
 namespace fs = std::filesystem;
 using airlock::Error;
@@ -56,11 +69,7 @@ using airlock::ErrorCode;
 using airlock::Result;
 using airlock::Status;
 using nlohmann::json;
-using Clock = std::chrono::steady_clock;
-
-double Us(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::micro>(b - a).count();
-}
+using airlock::bench::Clock;
 
 struct Flags {
   int iterations = 100;
@@ -142,85 +151,6 @@ Result<Flags> ParseFlags(int argc, char** argv) {
 using airlock::bench::DaemonProcess;
 using airlock::bench::ScratchDir;
 
-struct Failure {
-  std::string op;  // create, exec, delete, setup
-  std::string message;
-};
-
-// One lifecycle: the timings of the steps that succeeded, and what went wrong.
-struct Lifecycle {
-  std::string id;          // the sandbox's, once known
-  bool undeleted = false;  // the engine's Destroy failed: to be tried again
-  std::optional<double> create_us, exec_us, delete_us, total_us;
-  std::vector<Failure> failures;
-  void Fail(std::string op, std::string message) {
-    failures.push_back({std::move(op), std::move(message)});
-  }
-};
-
-// Runs one lifecycle on the calling thread; each worker thread gets its own.
-using LifecycleFn = std::function<Lifecycle()>;
-// Makes a worker's LifecycleFn (e.g. with its own HTTP client), on that worker's thread.
-using WorkerFactory = std::function<Result<LifecycleFn>()>;
-
-std::string Truncated(std::string s, size_t max = 300) {
-  if (s.size() > max) s = s.substr(0, max) + "...";
-  return s;
-}
-
-// POST /v1/sandboxes -> POST .../exec `true` -> DELETE, on one keep-alive connection.
-Lifecycle ApiLifecycle(airlock::client::HttpClient& http) {
-  Lifecycle life;
-  auto describe = [](const airlock::client::HttpResponse& r) {
-    return "HTTP " + std::to_string(r.status) + ": " + Truncated(r.body);
-  };
-  const auto t0 = Clock::now();
-  auto created = http.Request("POST", "/v1/sandboxes", "{}");
-  const auto t1 = Clock::now();
-  if (!created) {
-    life.Fail("create", created.error().message());
-    return life;
-  }
-  json doc = json::parse(created->body, nullptr, /*allow_exceptions=*/false);
-  if (created->status != 201 || !doc.is_object() || !doc.contains("id") || !doc["id"].is_string()) {
-    life.Fail("create", "expected 201 with an id, got " + describe(*created));
-    return life;
-  }
-  life.id = doc["id"].get<std::string>();
-  life.create_us = Us(t0, t1);
-  const std::string target = "/v1/sandboxes/" + life.id;
-
-  const auto t2 = Clock::now();
-  auto exec = http.Request("POST", target + "/exec", R"({"argv":["true"]})");
-  const auto t3 = Clock::now();
-  if (!exec) {
-    life.Fail("exec", exec.error().message());
-  } else if (exec->status != 200) {
-    life.Fail("exec", describe(*exec));
-  } else {
-    json result = json::parse(exec->body, nullptr, false);
-    if (!result.is_object() || result.value("exit_code", json()) != json(0)) {
-      life.Fail("exec", "true did not exit 0: " + describe(*exec));
-    } else {
-      life.exec_us = Us(t2, t3);
-    }
-  }
-
-  // Deleted even when the exec failed, so no sandbox waits for the daemon's shutdown.
-  const auto t4 = Clock::now();
-  auto deleted = http.Request("DELETE", target);
-  const auto t5 = Clock::now();
-  if (!deleted) {
-    life.Fail("delete", deleted.error().message());
-  } else if (deleted->status != 204) {
-    life.Fail("delete", describe(*deleted));
-  } else {
-    life.delete_us = Us(t4, t5);
-  }
-  if (life.failures.empty()) life.total_us = Us(t0, t5);
-  return life;
-}
-
 // The only code that knows the engine's interface (adapt it here when the agent channel moves
 // to Runtime::ConnectAgent(id)). "create" includes the agent's hello, as the daemon's create
 // does; exec runs `true` as the API's exec does (default user, 300 s timeout).
@@ -270,104 +200,20 @@ Lifecycle EngineLifecycle(airlock::jail::JailRuntime& runtime) {
   return life;
 }
 
-struct LevelResult {
-  std::string phase;  // "api" or "engine"
-  int concurrency = 0;
-  int attempted = 0;
-  double wall_s = 0;
-  std::vector<double> create, exec, destroy, total;  // microseconds, successes only
-  std::vector<Failure> failures;
-  std::vector<std::string> ids;        // every sandbox made, for the leftover check
-  std::vector<std::string> undeleted;  // engine sandboxes whose Destroy failed
-  size_t succeeded() const { return total.size(); }
-  double throughput() const { return wall_s > 0 ? static_cast<double>(succeeded()) / wall_s : 0; }
-};
-
-void Absorb(LevelResult& level, Lifecycle&& life) {
-  ++level.attempted;
-  if (life.create_us) level.create.push_back(*life.create_us);
-  if (life.exec_us) level.exec.push_back(*life.exec_us);
-  if (life.delete_us) level.destroy.push_back(*life.delete_us);
-  if (life.total_us) level.total.push_back(*life.total_us);
-  if (life.undeleted) level.undeleted.push_back(life.id);
-  if (!life.id.empty()) level.ids.push_back(std::move(life.id));
-  for (auto& f : life.failures) level.failures.push_back(std::move(f));
-}
-
-// `iterations` lifecycles shared by `concurrency` threads, each with the LifecycleFn its
-// factory made. The wall clock runs from the moment every worker is ready to the last one done.
-LevelResult RunLevel(const std::string& phase, int concurrency, int iterations,
-                     const WorkerFactory& factory) {
-  LevelResult level;
-  level.phase = phase;
-  level.concurrency = concurrency;
-  std::vector<LevelResult> per_worker(static_cast<size_t>(concurrency));
-  std::atomic<int> claimed{0};
-  std::latch ready(concurrency + 1);
-  std::vector<std::thread> workers;
-  for (int w = 0; w < concurrency; ++w) {
-    workers.emplace_back([&, w] {
-      LevelResult& mine = per_worker[static_cast<size_t>(w)];
-      auto lifecycle = factory();
-      ready.arrive_and_wait();
-      if (!lifecycle) {
-        mine.failures.push_back({"setup", lifecycle.error().message()});
-        return;
-      }
-      while (!g_interrupted.load() && claimed.fetch_add(1) < iterations) {
-        Absorb(mine, (*lifecycle)());
-      }
-    });
-  }
-  ready.arrive_and_wait();
-  const auto t0 = Clock::now();
-  for (auto& t : workers) t.join();
-  level.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  for (auto& mine : per_worker) {
-    level.attempted += mine.attempted;
-    auto append = [](auto& to, auto& from) {
-      to.insert(to.end(), std::make_move_iterator(from.begin()),
-                std::make_move_iterator(from.end()));
-    };
-    append(level.create, mine.create);
-    append(level.exec, mine.exec);
-    append(level.destroy, mine.destroy);
-    append(level.total, mine.total);
-    append(level.failures, mine.failures);
-    append(level.ids, mine.ids);
-    append(level.undeleted, mine.undeleted);
-  }
-  return level;
-}
-
-void PrintFailures(const LevelResult& level) {
-  if (level.failures.empty()) return;
-  std::map<std::string, int> by_op;
-  for (const auto& f : level.failures) ++by_op[f.op];
-  std::string counts;
-  for (const auto& [op, n] : by_op) counts += " " + op + "=" + std::to_string(n);
-  std::fprintf(stderr, "airlock-bench-api: %s at concurrency %d: %zu failures:%s\n",
-               level.phase.c_str(), level.concurrency, level.failures.size(), counts.c_str());
-  for (size_t i = 0; i < level.failures.size() && i < 5; ++i) {
-    std::fprintf(stderr, "  %s: %s\n", level.failures[i].op.c_str(),
-                 level.failures[i].message.c_str());
-  }
-}
-
 // Runs the warm-up (counted nowhere but in `warmup`'s failures) and then each level.
 void RunPhase(const std::string& phase, const std::vector<int>& levels, const Flags& flags,
               const WorkerFactory& factory, std::vector<LevelResult>& results,
               LevelResult& warmup) {
   if (flags.warmup > 0) {
     warmup = RunLevel(phase + " warm-up", 1, flags.warmup, factory);
-    PrintFailures(warmup);
+    PrintFailures(kTag, warmup);
   }
   for (int concurrency : levels) {
     if (g_interrupted.load()) return;
     std::fprintf(stderr, "airlock-bench-api: %s, concurrency %d, %d lifecycles...\n", phase.c_str(),
                  concurrency, flags.iterations);
     results.push_back(RunLevel(phase, concurrency, flags.iterations, factory));
-    PrintFailures(results.back());
+    PrintFailures(kTag, results.back());
   }
 }
 
@@ -459,39 +305,6 @@ struct PoolCounts {
   int64_t hits = 0, misses = 0;
 };
 
-// The base pool's entry of GET /v1/pools (null if none).
-Result<json> BasePool(airlock::client::HttpClient& http) {
-  auto r = http.Request("GET", "/v1/pools");
-  if (!r) return std::unexpected(r.error());
-  json doc = json::parse(r->body, nullptr, false);
-  if (r->status != 200 || !doc.is_object()) {
-    return airlock::Fail(ErrorCode::kInternal, "GET /v1/pools: HTTP " + std::to_string(r->status));
-  }
-  for (const json& p : doc["pools"]) {
-    if (p.value("template", "") == "base") return p;
-  }
-  return json();
-}
-
-// Sets the base pool's size and waits (up to a minute) until that many are ready.
-Status FillPool(airlock::client::HttpClient& http, int size) {
-  auto r = http.Request("PUT", "/v1/pools/base", json{{"size", size}}.dump());
-  if (!r) return std::unexpected(r.error());
-  if (r->status != 200) {
-    return airlock::Fail(ErrorCode::kInternal,
-                         "PUT /v1/pools/base: HTTP " + std::to_string(r->status) + " " + r->body);
-  }
-  const auto deadline = Clock::now() + std::chrono::minutes(1);
-  while (Clock::now() < deadline && !g_interrupted.load()) {
-    auto pool = BasePool(http);
-    if (!pool) return std::unexpected(pool.error());
-    if (pool->is_object() && pool->value("ready", -1) == size) return {};
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return airlock::Fail(ErrorCode::kDeadlineExceeded,
-                       "the pool did not reach " + std::to_string(size) + " ready");
-}
-
 // The warm phase: before each level the pool is filled to `flags.pool`; the level's creates
 // claim from it while the daemon refills it in the background, as in production.
 void RunWarmPhase(const std::string& url, const Flags& flags, const WorkerFactory& factory,
@@ -513,7 +326,7 @@ void RunWarmPhase(const std::string& url, const Flags& flags, const WorkerFactor
     std::fprintf(stderr, "airlock-bench-api: warm (pool of %d), concurrency %d, %d lifecycles...\n",
                  flags.pool, concurrency, flags.iterations);
     results.push_back(RunLevel("warm", concurrency, flags.iterations, factory));
-    PrintFailures(results.back());
+    PrintFailures(kTag, results.back());
     auto after = BasePool(*http);
     if (before && after && before->is_object() && after->is_object()) {
       counts[concurrency] = {after->value("hits", int64_t{0}) - before->value("hits", int64_t{0}),
@@ -556,13 +369,7 @@ int Run(const Flags& flags) {
       return g_interrupted.load() ? 130 : 1;
     }
     const std::string url = daemon.url();
-    WorkerFactory api_worker = [url]() -> Result<LifecycleFn> {
-      auto http = airlock::client::HttpClient::Open(url);
-      if (!http) return std::unexpected(http.error());
-      http->set_timeout(std::chrono::minutes(2));
-      auto shared = std::make_shared<airlock::client::HttpClient>(std::move(*http));
-      return LifecycleFn([shared] { return ApiLifecycle(*shared); });
-    };
+    const WorkerFactory api_worker = airlock::bench::ApiWorker(url);
     RunPhase("api", flags.concurrency, flags, api_worker, results, api_warmup);
     if (flags.pool > 0 && !g_interrupted.load()) {
       RunWarmPhase(url, flags, api_worker, results, pool_counts, other_failures);

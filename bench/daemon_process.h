@@ -206,6 +206,8 @@ class DaemonProcess {
   }
 
   const std::string& url() const { return url_; }
+  // airlockd's pid while it runs (for its memory), else -1.
+  pid_t pid() const { return pid_; }
 
   // The end of airlockd's log, for error reports.
   std::string LogTail(size_t bytes = 4000) const {

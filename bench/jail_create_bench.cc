@@ -5,7 +5,6 @@
 //   airlock-bench-jail [--iterations N] [--runsc-iterations N] [--json FILE]
 
 #include <fcntl.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,12 +16,11 @@
 #include <string>
 #include <vector>
 
+#include "baselines.h"
 #include "common/ids.h"
 #include "protocol/client.h"
 #include "runtime/jail/jail_runtime.h"
 #include "stats.h"
-
-extern char** environ;
 
 namespace {
 
@@ -40,44 +38,9 @@ double Us(Clock::time_point a, Clock::time_point b) {
 
 // Runs argv to completion, returning its wall time; dies if it fails.
 double TimeCommand(const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  auto t0 = Clock::now();
-  pid_t pid;
-  if (posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ) != 0) Die("spawn " + args[0]);
-  int status;
-  waitpid(pid, &status, 0);
-  auto t1 = Clock::now();
-  posix_spawn_file_actions_destroy(&fa);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) Die(args[0] + " failed");
-  return Us(t0, t1);
-}
-
-bool Have(const char* tool) {
-  std::string cmd = std::string("command -v ") + tool + " >/dev/null 2>&1";
-  return std::system(cmd.c_str()) == 0;
-}
-
-// A bundle for runsc: a read-only root with the host's /usr bound in, running true.
-std::string MakeRunscBundle(const std::string& dir) {
-  fs::create_directories(dir + "/rootfs/usr");
-  fs::create_directories(dir + "/rootfs/proc");
-  for (const char* l : {"bin", "lib", "lib64"}) {
-    std::error_code ec;
-    fs::create_symlink(std::string("usr/") + l, dir + "/rootfs/" + l, ec);
-  }
-  std::ofstream(dir + "/config.json") << R"({"ociVersion":"1.0.2",
- "process":{"user":{"uid":0,"gid":0},"args":["/usr/bin/true"],"env":["PATH=/usr/bin"],"cwd":"/"},
- "root":{"path":"rootfs","readonly":true},"hostname":"bench",
- "mounts":[{"destination":"/usr","type":"bind","source":"/usr","options":["rbind","ro"]},
-           {"destination":"/proc","type":"proc","source":"proc"}],
- "linux":{"namespaces":[{"type":"pid"},{"type":"network"},{"type":"ipc"},{"type":"uts"},
-                        {"type":"mount"}]}})";
-  return dir;
+  auto us = airlock::bench::TimeCommand(args);
+  if (!us) Die(us.error().message());
+  return *us;
 }
 
 }  // namespace
@@ -125,15 +88,8 @@ int main(int argc, char** argv) {
     create.push_back(Us(t0, t1));
     destroy.push_back(Us(t1, t2));
   };
-  const std::vector<std::string> bwrap = {"bwrap",        "--unshare-all", "--die-with-parent",
-                                          "--ro-bind",    "/usr",          "/usr",
-                                          "--symlink",    "usr/bin",       "/bin",
-                                          "--symlink",    "usr/lib",       "/lib",
-                                          "--symlink",    "usr/lib64",     "/lib64",
-                                          "--proc",       "/proc",         "--dev",
-                                          "/dev",         "--tmpfs",       "/tmp",
-                                          "/usr/bin/true"};
-  bool have_bwrap = Have("bwrap"), have_runsc = Have("runsc");
+  const std::vector<std::string> bwrap = airlock::bench::BwrapArgs({}, {"/usr/bin/true"});
+  bool have_bwrap = airlock::bench::Have("bwrap"), have_runsc = airlock::bench::Have("runsc");
 
   // Warm up the page cache and the allocator, then interleave the two fast ones.
   std::vector<double> create, destroy, bw, rs, ignore1, ignore2;
@@ -146,11 +102,12 @@ int main(int argc, char** argv) {
     if (have_bwrap) bw.push_back(TimeCommand(bwrap));
   }
   if (have_runsc) {
-    std::string bundle = MakeRunscBundle(work + "/bundle");
+    const std::string bundle = work + "/bundle";
+    if (auto st = airlock::bench::MakeRunscBundle(bundle, {"/usr/bin/true"}); !st)
+      Die(st.error().message());
     for (int i = 0; i < runsc_iterations + 2; ++i) {
-      double t =
-          TimeCommand({"runsc", "--root", work + "/runsc", "--network=none", "--ignore-cgroups",
-                       "run", "--bundle", bundle, "bench-" + std::to_string(i)});
+      double t = TimeCommand(airlock::bench::RunscArgs(
+          work + "/runsc", {"run", "--bundle", bundle, "bench-" + std::to_string(i)}));
       if (i >= 2) rs.push_back(t);
     }
   }
