@@ -21,6 +21,7 @@ from .errors import (
 from .files import FileEntry, Files, UnsafeArchive
 from .processes import ExitStatus, Process, Processes, ProcessOutput, Terminal
 from .sandbox import ExecResult, Sandbox
+from .templates import Template, Templates
 
 __version__ = "0.1.0"
 
@@ -38,6 +39,8 @@ __all__ = [
     "ProcessOutput",
     "Processes",
     "Sandbox",
+    "Template",
+    "Templates",
     "SandboxNotFound",
     "ServerError",
     "Terminal",

@@ -113,6 +113,13 @@ class Client:
 
         return Sandbox.list(state=state, metadata=metadata, client=self)
 
+    @property
+    def templates(self) -> "Any":
+        """The daemon's templates: build, list, get, delete (airlock.templates.Templates)."""
+        from .templates import Templates
+
+        return Templates(self)
+
     def health(self) -> bool:
         """True when GET /healthz answers {"status": "ok"}."""
         r = self.request("GET", "/healthz")

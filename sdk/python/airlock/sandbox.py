@@ -367,6 +367,29 @@ class Sandbox:
             raise
         return session
 
+    # --- snapshots and forks ---
+
+    def snapshot(self, name: str) -> Any:
+        """Makes template `name` from what this sandbox wrote to its file system (not /tmp);
+        the sandbox goes on. Returns the Template."""
+        from .templates import Template
+
+        body = self._client.request("POST", self._path + "/snapshot",
+                                    json_body={"name": name}).json()
+        return Template.from_json(body)
+
+    def fork(self, count: int = 1, ttl_seconds: Optional[int] = None,
+             metadata: Optional[Mapping[str, str]] = None) -> "List[Sandbox]":
+        """`count` new sandboxes that start with a copy of this one's file system
+        (copy-on-write). Processes and memory are not carried: each fork starts fresh."""
+        body: Dict[str, Any] = {"count": count}
+        if ttl_seconds is not None:
+            body["ttl_seconds"] = ttl_seconds
+        if metadata is not None:
+            body["metadata"] = dict(metadata)
+        reply = self._client.request("POST", self._path + "/fork", json_body=body).json()
+        return [Sandbox(self._client, info) for info in reply["sandboxes"]]
+
     # --- helpers ---
 
     @staticmethod

@@ -113,10 +113,7 @@ Result<Controller::Resolved> Controller::ResolveTemplate(const api::CreateSandbo
   runtime::Limits limits;
   settings->limits_given.Apply(settings->limits, limits);
   request.limits_given.Apply(request.limits, limits);
-  r.request.limits.cpus = limits.cpus;
-  r.request.limits.memory_mb = limits.memory_mb;
-  r.request.limits.pids_max = limits.pids_max;
-  r.request.limits.disk_mb = limits.disk_mb;
+  r.request.limits = limits;
   r.origin = {t->layers, settings->workdir};
   r.start_cmd = settings->start_cmd;
   r.ready_cmd = settings->ready_cmd;
@@ -151,9 +148,9 @@ Status Controller::StartTemplateCommands(const std::string& id, const Resolved& 
   }
   if (last.size() > 512) last = "..." + last.substr(last.size() - 512);
   return Fail(ErrorCode::kUnavailable,
-              "the template's ready_cmd did not succeed within " +
-                  std::to_string(static_cast<int64_t>(resolved.ready_timeout_seconds)) +
-                  " s; its last output: " + last);
+              fmt::format("the template's ready_cmd did not succeed within {:g} s; its last "
+                          "output: {}",
+                          resolved.ready_timeout_seconds, last));
 }
 
 Result<runtime::LayerSnapshot> Controller::SnapshotLayer(const std::string& id) {
@@ -237,10 +234,13 @@ Result<TemplateRecord> Controller::BuildTemplate(const api::CreateTemplateReques
   auto sandbox = CreateSandbox(sandbox_request, /*pooled=*/false, &origin);
   if (!sandbox) return fail(sandbox.error().Wrap("creating the build sandbox"));
   build_id = sandbox->id;
-  {
+  // A stop that came meanwhile did not see this sandbox: the build ends here instead.
+  auto stopping = [&] {
     std::lock_guard lock(builds_mu_);
     build_sandboxes_.insert(build_id);
-  }
+    return builds_stop_;
+  };
+  if (stopping()) return fail(Error(ErrorCode::kUnavailable, "airlockd is shutting down"));
   spdlog::info("template {}: building in {}", record.name, build_id);
   // The workdir exists before the steps, which run in it.
   if (!settings.workdir.empty()) {
@@ -258,6 +258,7 @@ Result<TemplateRecord> Controller::BuildTemplate(const api::CreateTemplateReques
   const json described = json::parse(record.spec)["steps"];
   for (size_t i = 0; i < request.steps.size(); ++i) {
     const api::TemplateStep& step = request.steps[i];
+    if (stopping()) return fail(Error(ErrorCode::kUnavailable, "airlockd is shutting down"));
     log(api::RenderStepEvent(i, described.at(i).dump(), std::chrono::system_clock::now()));
     const std::string what = "step " + std::to_string(i + 1);
     if (step.is_copy()) {
