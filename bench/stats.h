@@ -46,11 +46,17 @@ inline void Print(const Summary& s) {
 }
 
 inline std::string Json(const Summary& s) {
-  char buf[512];
+  std::string name;  // as JSON string content: quotes and backslashes escaped, controls blanked
+  for (char c : s.name) {
+    if (c == '"' || c == '\\') name += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) c = ' ';
+    name += c;
+  }
+  char buf[1024];
   std::snprintf(buf, sizeof buf,
                 "{\"name\":\"%s\",\"n\":%zu,\"p50_us\":%.2f,\"p90_us\":%.2f,\"p99_us\":%.2f,"
                 "\"mean_us\":%.2f,\"min_us\":%.2f,\"max_us\":%.2f}",
-                s.name.c_str(), s.n, s.p50, s.p90, s.p99, s.mean, s.min, s.max);
+                name.c_str(), s.n, s.p50, s.p90, s.p99, s.mean, s.min, s.max);
   return buf;
 }
 
