@@ -154,6 +154,23 @@ TEST_F(TemplateTest, BuildLogsStreamAsTheyHappen) {
   EXPECT_EQ(daemon_->Call(http::verb::get, "/v1/templates/logged").Json()["state"], "ready");
 }
 
+TEST_F(TemplateTest, ABuildCutByACrashFailsAndLeavesNothing) {
+  RawStream stream(daemon_->port(), daemon_->key(), "/v1/templates",
+                   json{{"name", "cut"},
+                        {"stream", true},
+                        {"steps", {{{"run", "echo started; sleep 600"}}}}}
+                       .dump());
+  ASSERT_TRUE(stream.ReadUntil("started")) << stream.got();
+  daemon_->Stop(SIGKILL);
+  ASSERT_TRUE(daemon_->Start());
+  Reply got = daemon_->Call(http::verb::get, "/v1/templates/cut");
+  ASSERT_EQ(got.status, 200) << got.body;
+  EXPECT_EQ(got.Json()["state"], "failed");
+  EXPECT_NE(got.body.find("stopped during the build"), std::string::npos) << got.body;
+  EXPECT_TRUE(Listed().empty()) << "the build sandbox was destroyed at the start";
+  EXPECT_TRUE(Layers().empty());
+}
+
 TEST_F(TemplateTest, StartAndReadyCommandsRunBeforeTheCreateReturns) {
   ASSERT_EQ(Build({{"name", "server"},
                    {"start_cmd", "sleep 0.3; touch /tmp/ready; exec sleep 1000"},

@@ -125,13 +125,15 @@ Controller::~Controller() {
 
 Result<RecoveryReport> Controller::Recover() {
   RecoveryReport report;
-  // A build the previous run did not finish will not finish now (its sandbox goes below).
+  // A build the previous run did not finish will not finish now; its sandbox goes below.
+  std::set<std::string> unfinished_builds;
   if (auto templates = store_.ListTemplates()) {
     for (store::TemplateRecord& t : *templates) {
       if (t.state != store::TemplateState::kBuilding) continue;
       t.state = store::TemplateState::kFailed;
       t.error = "airlockd stopped during the build";
       if (auto st = store_.UpdateTemplate(t); !st) spdlog::error("{}", st.error().message());
+      unfinished_builds.insert(t.name);
     }
   }
   auto records = store_.List();
@@ -152,6 +154,13 @@ Result<RecoveryReport> Controller::Recover() {
       continue;
     }
     ++report.orphans_removed;
+  }
+  for (const SandboxRecord& rec : *records) {
+    auto build = rec.metadata.find(kBuildMetadataKey);
+    if (build == rec.metadata.end() || !unfinished_builds.contains(build->second)) continue;
+    if (!FindLive(rec.id)) continue;
+    spdlog::info("start: destroying {}, the sandbox of an unfinished build", rec.id);
+    if (auto st = Destroy(rec.id); !st) spdlog::error("start: {}", st.error().message());
   }
   spdlog::info("start: {} adopted, {} not recoverable, {} destroys finished, {} orphans removed",
                report.adopted, report.failed, report.finished, report.orphans_removed);

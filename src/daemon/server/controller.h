@@ -77,6 +77,8 @@ struct RecoveryReport {
 inline constexpr const char* kEnvPerCommand = "env_per_command";
 // The key in a record's resources that holds its template's workdir: commands' default cwd.
 inline constexpr const char* kWorkdir = "workdir";
+// The metadata key that marks a template's build sandbox (its value: the template's name).
+inline constexpr const char* kBuildMetadataKey = "airlock.build";
 
 class Controller {
  public:

@@ -225,7 +225,7 @@ Result<TemplateRecord> Controller::BuildTemplate(const api::CreateTemplateReques
   sandbox_request.ttl_seconds = kBuildTtlSeconds;
   sandbox_request.env = settings.env;
   settings.limits_given.Apply(settings.limits, sandbox_request.limits);
-  sandbox_request.metadata["airlock.build"] = request.name;
+  sandbox_request.metadata[kBuildMetadataKey] = request.name;
   {
     std::lock_guard lock(builds_mu_);
     if (builds_stop_) return fail(Error(ErrorCode::kUnavailable, "airlockd is shutting down"));

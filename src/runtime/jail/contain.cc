@@ -342,7 +342,7 @@ Failure ContainProcess(const JailConfig& c, int sync_fd, int agent_fd,
   // 7. Into the sandbox's cgroups (the launcher moves us while we set up the file system; a
   //    cgroup v1 move waits out an RCU grace period, ~10 ms, which this way costs nothing),
   //    then a cgroup namespace rooted there. Limits, a session of its own, and no fd but
-  //    stdio and the agent's channel (as fd 3).
+  //    stdio, the agent's channel (as fd 3) and the writable layer's root (as fd 4).
   char go;
   if (RetryEintr([&] { return ::read(sync_fd, &go, 1); }) != 1) return {"wait for cgroup", EIO};
   if (::unshare(CLONE_NEWCGROUP) < 0) return {"unshare cgroup namespace", errno};
