@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
+#include <map>
 #include <memory>
 
 #include "common/syscall.h"
@@ -87,7 +88,8 @@ Result<std::vector<std::pair<std::string, std::string>>> ReadXattrs(int fd) {
 
 class Copier {
  public:
-  explicit Copier(uid_t id_base) : base_(id_base) {}
+  // `dst_root`: the layer's root, where hard links are made from.
+  Copier(uid_t id_base, int dst_root) : base_(id_base), dst_root_(dst_root) {}
 
   // Copies the directory `src` into the (existing, empty) directory `dst`, `rel` being its
   // path in the layer ("" for the root).
@@ -190,6 +192,22 @@ class Copier {
         return FinishMetadata(from.get(), to.get(), st, rel, 'd');
       }
       case S_IFREG: {
+        // Hard links stay links: copied apart, a million links to one big file would fill the
+        // host's disk from a sandbox's small tmpfs.
+        std::pair<dev_t, ino_t> inode{st.st_dev, st.st_ino};
+        if (st.st_nlink > 1) {
+          if (auto seen = links_.find(inode); seen != links_.end()) {
+            if (::linkat(dst_root_, seen->second.c_str(), dst, name.c_str(), 0) < 0) {
+              return FailErrno("linking /" + rel + " to /" + seen->second, errno);
+            }
+            auto owner = Owner(st, rel);
+            if (!owner) return std::unexpected(owner.error());
+            Record(rel, 'h', 0, *owner, " " + std::to_string(seen->second.size()) + ":" +
+                                            seen->second);
+            return {};
+          }
+          links_.emplace(inode, rel);
+        }
         UniqueFd from(::openat(src, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC));
         if (!from) return FailErrno("opening /" + rel, errno);
         UniqueFd to(
@@ -247,6 +265,8 @@ class Copier {
   }
 
   uid_t base_;
+  int dst_root_;
+  std::map<std::pair<dev_t, ino_t>, std::string> links_;  // inode -> its first path, copied
   std::string manifest_;
   uint64_t files_ = 0, bytes_ = 0;
 };
@@ -309,7 +329,7 @@ Result<LayerImport> LayerStore::Import(int src, uid_t id_base) const {
     cleanup();
     return FailErrno("opening the layer's directories", errno);
   }
-  Copier copier(id_base);
+  Copier copier(id_base, to.get());
   Status copied = copier.CopyDir(src, to.get(), "");
   if (copied) copied = copier.FinishMetadata(src, to.get(), root_stat, "", 'd');
   if (!copied) {

@@ -42,7 +42,7 @@ class LayerStore {
   // Copies the tree under the directory `src` into a new layer. Owners in the source are host
   // ids id_base..id_base+65535 (a sandbox's range) and are stored as 0..65535; an owner outside
   // that range fails the import. Sockets and device nodes other than whiteouts are skipped;
-  // hard links are copied as separate files.
+  // hard links stay hard links.
   [[nodiscard]] Result<LayerImport> Import(int src, uid_t id_base) const;
   // Removes a layer. Removing one that does not exist succeeds.
   [[nodiscard]] Status Remove(std::string_view digest) const;

@@ -397,7 +397,9 @@ TEST_F(JailTest, SnapshotLayersCarryFilesOwnersAndDeletions) {
                   " && echo ok",
                   "root");
   ASSERT_EQ(made.stdout_data, "ok\n") << made.stderr_data;
-  ASSERT_EQ(Run(a, "echo mine > /home/user/notes && echo hello > /opt/app/x && echo ok").stdout_data,
+  ASSERT_EQ(Run(a, "echo mine > /home/user/notes && ln /home/user/notes /home/user/notes-link && "
+                   "echo hello > /opt/app/x && echo ok")
+                .stdout_data,
             "ok\n");
   auto first = runtime_->SnapshotLayer(a.id);
   ASSERT_TRUE(first) << first.error().message();
@@ -419,6 +421,12 @@ TEST_F(JailTest, SnapshotLayersCarryFilesOwnersAndDeletions) {
   EXPECT_EQ(st.st_uid, 1000u);
   ASSERT_EQ(::stat((layer + "/opt/app/suid").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0755u);
+  // A hard link stays one (copied apart, links could multiply the bytes without bound).
+  struct stat link;
+  ASSERT_EQ(::stat((layer + "/home/user/notes").c_str(), &st), 0);
+  ASSERT_EQ(::stat((layer + "/home/user/notes-link").c_str(), &link), 0);
+  EXPECT_EQ(st.st_ino, link.st_ino);
+  EXPECT_EQ(st.st_nlink, 2u);
 
   // A second generation deletes a file and replaces a directory.
   Box b = Make({}, {first->digest});
