@@ -24,6 +24,8 @@ namespace fs = std::filesystem;
 
 constexpr uint32_t kIdRange = 65536;
 constexpr std::string_view kTmpPrefix = ".tmp-";
+// The deepest directory nesting a layer may hold.
+constexpr size_t kMaxDepth = 256;
 
 struct DigestCtxFree {
   void operator()(EVP_MD_CTX* ctx) const { EVP_MD_CTX_free(ctx); }
@@ -93,7 +95,14 @@ class Copier {
 
   // Copies the directory `src` into the (existing, empty) directory `dst`, `rel` being its
   // path in the layer ("" for the root).
-  Status CopyDir(int src, int dst, const std::string& rel) {
+  Status CopyDir(int src, int dst, const std::string& rel, size_t depth = 0) {
+    // Each level holds two open directories and a frame of this recursion: a tree made deep on
+    // purpose would run the daemon out of fds or stack.
+    if (depth > kMaxDepth) {
+      return Fail(ErrorCode::kFailedPrecondition,
+                  "/" + rel.substr(0, 200) + "...: directories nest deeper than " +
+                      std::to_string(kMaxDepth) + " levels");
+    }
     std::vector<std::string> names;
     {
       int dup = ::fcntl(src, F_DUPFD_CLOEXEC, 3);
@@ -112,7 +121,8 @@ class Copier {
     }
     std::sort(names.begin(), names.end());
     for (const std::string& name : names) {
-      if (auto st = CopyEntry(src, dst, name, rel.empty() ? name : rel + "/" + name); !st) {
+      if (auto st = CopyEntry(src, dst, name, rel.empty() ? name : rel + "/" + name, depth);
+          !st) {
         return st;
       }
     }
@@ -177,7 +187,8 @@ class Copier {
                  std::to_string(rel.size()) + ":" + rel + detail + "\n";
   }
 
-  Status CopyEntry(int src, int dst, const std::string& name, const std::string& rel) {
+  Status CopyEntry(int src, int dst, const std::string& name, const std::string& rel,
+                   size_t depth) {
     struct stat st;
     if (::fstatat(src, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0) {
       return FailErrno("stat /" + rel, errno);
@@ -188,7 +199,7 @@ class Copier {
         UniqueFd from(::openat(src, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
         UniqueFd to(::openat(dst, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
         if (!from || !to) return FailErrno("opening directory /" + rel, errno);
-        if (auto copied = CopyDir(from.get(), to.get(), rel); !copied) return copied;
+        if (auto copied = CopyDir(from.get(), to.get(), rel, depth + 1); !copied) return copied;
         return FinishMetadata(from.get(), to.get(), st, rel, 'd');
       }
       case S_IFREG: {

@@ -461,6 +461,25 @@ TEST_F(JailTest, SnapshotLayersCarryFilesOwnersAndDeletions) {
   EXPECT_NE(std::ranges::find(*listed, first->digest), listed->end());
 }
 
+// A tree nested deeper than a layer may hold is refused with a clear error, not copied until
+// the daemon runs out of fds or stack; the sandbox goes on and nothing is kept.
+TEST_F(JailTest, ASnapshotOfATooDeepTreeIsRefused) {
+  Box box = Make();
+  auto made = Run(box, "cd /home/user && for i in $(seq 300); do mkdir d && cd d || exit 1; done; "
+                       "echo deep");
+  ASSERT_EQ(made.stdout_data, "deep\n") << made.stderr_data;
+  auto before = runtime_->ListLayers();
+  ASSERT_TRUE(before);
+  auto snap = runtime_->SnapshotLayer(box.id);
+  ASSERT_FALSE(snap);
+  EXPECT_EQ(snap.error().code(), ErrorCode::kFailedPrecondition);
+  EXPECT_NE(snap.error().message().find("deeper than 256"), std::string::npos)
+      << snap.error().message();
+  EXPECT_EQ(Run(box, "echo alive").stdout_data, "alive\n");
+  EXPECT_EQ(*runtime_->ListLayers(), *before);
+  EXPECT_EQ(ListDir(*state_dir_ + "/layers").size(), before->size()) << "a temporary was left";
+}
+
 TEST_F(JailTest, LayersThatDoNotExistAreRefused) {
   auto missing = runtime_->Create(runtime::SandboxSpec{
       .id = NewSandboxId(), .layers = {std::string(64, 'a')}});
