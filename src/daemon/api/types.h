@@ -76,6 +76,13 @@ struct LimitFields {
   bool cpus = false, memory_mb = false, pids_max = false, disk_mb = false;
   // `from`'s fields that are set here, over `into`.
   void Apply(const runtime::Limits& from, runtime::Limits& into) const;
+  // Marks as set what `other` sets too.
+  void Add(const LimitFields& other) {
+    cpus |= other.cpus;
+    memory_mb |= other.memory_mb;
+    pids_max |= other.pids_max;
+    disk_mb |= other.disk_mb;
+  }
 };
 
 struct CreateSandboxRequest {

@@ -242,6 +242,8 @@ class Controller {
     double ready_timeout_seconds = 0;
   };
   Result<Resolved> ResolveTemplate(const api::CreateSandboxRequest& request);
+  // The sandbox a snapshot or fork starts from: running or paused, with room for a layer.
+  Result<store::SandboxRecord> SnapshotSource(const std::string& id);
   // The engine's snapshot of the sandbox's writable layer, under its lifecycle lock.
   Result<runtime::LayerSnapshot> SnapshotLayer(const std::string& id);
   // start_cmd in the background, then ready_cmd until it succeeds (or its timeout: an error).

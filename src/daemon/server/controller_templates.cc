@@ -184,10 +184,7 @@ Result<TemplateRecord> Controller::BuildTemplate(const api::CreateTemplateReques
     inherited->limits_given.Apply(inherited->limits, limits);
     request.limits_given.Apply(request.limits, limits);
     settings.limits = limits;
-    settings.limits_given.cpus |= inherited->limits_given.cpus;
-    settings.limits_given.memory_mb |= inherited->limits_given.memory_mb;
-    settings.limits_given.pids_max |= inherited->limits_given.pids_max;
-    settings.limits_given.disk_mb |= inherited->limits_given.disk_mb;
+    settings.limits_given.Add(inherited->limits_given);
     if (settings.start_cmd.empty()) settings.start_cmd = inherited->start_cmd;
     if (settings.ready_cmd.empty()) {
       settings.ready_cmd = inherited->ready_cmd;
@@ -438,10 +435,9 @@ Status Controller::DeleteTemplate(const std::string& name) {
   return {};
 }
 
-Result<TemplateRecord> Controller::Snapshot(const std::string& id,
-                                            const api::SnapshotRequest& request) {
+Result<SandboxRecord> Controller::SnapshotSource(const std::string& id) {
   auto source = Get(id);
-  if (!source) return std::unexpected(source.error());
+  if (!source) return source;
   if (source->state != store::SandboxState::kRunning &&
       source->state != store::SandboxState::kPaused) {
     return Fail(ErrorCode::kFailedPrecondition, "sandbox " + id + " is " +
@@ -453,6 +449,13 @@ Result<TemplateRecord> Controller::Snapshot(const std::string& id,
                 "sandbox " + id + " already stacks " + std::to_string(source->layers.size()) +
                     " layers, the most there can be");
   }
+  return source;
+}
+
+Result<TemplateRecord> Controller::Snapshot(const std::string& id,
+                                            const api::SnapshotRequest& request) {
+  auto source = SnapshotSource(id);
+  if (!source) return std::unexpected(source.error());
   // The snapshot's sandboxes get what the source's template gave it.
   api::TemplateSettings settings;
   if (source->template_name != api::kDefaultTemplate) {
@@ -486,19 +489,8 @@ Result<TemplateRecord> Controller::Snapshot(const std::string& id,
 
 Result<Controller::Forked> Controller::Fork(const std::string& id,
                                             const api::ForkRequest& request) {
-  auto source = Get(id);
+  auto source = SnapshotSource(id);
   if (!source) return std::unexpected(source.error());
-  if (source->state != store::SandboxState::kRunning &&
-      source->state != store::SandboxState::kPaused) {
-    return Fail(ErrorCode::kFailedPrecondition, "sandbox " + id + " is " +
-                                                    std::string(SandboxStateName(source->state)) +
-                                                    ", not running or paused");
-  }
-  if (source->layers.size() >= kMaxLayers) {
-    return Fail(ErrorCode::kFailedPrecondition,
-                "sandbox " + id + " already stacks " + std::to_string(source->layers.size()) +
-                    " layers, the most there can be");
-  }
   api::CreateSandboxRequest like;
   like.template_name = source->template_name;
   like.ttl_seconds = request.ttl_seconds;
