@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -26,10 +27,16 @@ struct Limits {
   uint64_t nofile = 4096;    // RLIMIT_NOFILE
 };
 
+// The engines' roots. "base": the host's /usr, read-only, under a fresh /etc; layers stack on
+// it. "rootfs": nothing of the host's; the bottom layer is a whole root file system (made by
+// ImportLayer from a Debian or OCI image), and the sandbox's accounts are merged into its /etc.
+inline constexpr const char* kBaseRoot = "base";
+inline constexpr const char* kRootfsRoot = "rootfs";
+
 // What a sandbox is made of. Validated once at the API edge; engines may assume it is valid.
 struct SandboxSpec {
   std::string id;  // ValidateSandboxId holds
-  std::string template_name = "base";
+  std::string template_name = kBaseRoot;  // kBaseRoot or kRootfsRoot (which needs layers)
   // Read-only layers stacked on the template, topmost first (digests; see LayerSnapshot).
   std::vector<std::string> layers;
   Limits limits;
@@ -99,6 +106,10 @@ class Runtime {
   // into a layer, the sandbox frozen meanwhile; a create stacks layers by digest.
   virtual bool HasLayer(const std::string& digest) const = 0;
   [[nodiscard]] virtual Result<LayerSnapshot> SnapshotLayer(const std::string& id) = 0;
+  // A layer from a tree that `fill` writes into an empty host directory it is given (owners as
+  // they are to appear inside a sandbox: 0..65535); the directory is removed afterwards.
+  [[nodiscard]] virtual Result<LayerSnapshot> ImportLayer(
+      const std::function<Status(const std::string& dir)>& fill) = 0;
   // Removes a layer; the caller makes sure no sandbox or template uses it. Idempotent.
   [[nodiscard]] virtual Status RemoveLayer(const std::string& digest) = 0;
   [[nodiscard]] virtual Result<std::vector<std::string>> ListLayers() = 0;

@@ -18,6 +18,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -237,6 +238,55 @@ int ReceiveGo(int sock, std::vector<UniqueFd>& layers) {
   return (msg.msg_flags & MSG_CTRUNC) ? -1 : 0;
 }
 
+// Reads a small file that must not be a symlink into `out`.
+int ReadSmallFile(const char* path, std::string& out) {
+  UniqueFd fd(::open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) return -1;
+  char buf[4096];
+  while (true) {
+    ssize_t n = RetryEintr([&] { return ::read(fd.get(), buf, sizeof buf); });
+    if (n < 0) return -1;
+    if (n == 0) return 0;
+    out.append(buf, static_cast<size_t>(n));
+    if (out.size() > (1u << 20)) {
+      errno = EFBIG;
+      return -1;
+    }
+  }
+}
+
+// /etc's files, the home directories and, on the host-/usr root, the host's /etc/alternatives.
+// Runs inside the new root (after pivot_root): every path resolves inside the sandbox.
+Failure WriteEtc(const JailConfig& c, const UniqueFd& alternatives) {
+  if (MkdirOwned("/etc", 0755, 0) < 0) return {"mkdir /etc", errno};
+  for (auto& [name, text] : EtcFiles(c.id)) {
+    const std::string path = "/etc/" + name;
+    // A root file system has accounts of its own (daemon, _apt, ...); ours replace those with
+    // the same name or id.
+    if (c.rootfs && (name == "passwd" || name == "group")) {
+      std::string existing;
+      if (ReadSmallFile(path.c_str(), existing) < 0 && errno != ENOENT) {
+        return {"read /etc accounts", errno};
+      }
+      text = MergeAccounts(existing, text);
+    }
+    // What a layer has there (a symlink, say) is replaced, not written through.
+    if (::unlink(path.c_str()) < 0 && errno != ENOENT) return {"replace /etc file", errno};
+    if (WriteFile(path, text, 0644) < 0) return {"write /etc", errno};
+  }
+  if (alternatives) {
+    if (MkdirOwned("/etc/alternatives", 0755, 0) < 0) return {"mkdir /etc/alternatives", errno};
+    if (::syscall(SYS_move_mount, alternatives.get(), "", AT_FDCWD, "/etc/alternatives",
+                  MOVE_MOUNT_F_EMPTY_PATH) < 0) {
+      return {"bind /etc/alternatives", errno};
+    }
+  }
+  if (MkdirOwned("/root", 0700, 0) < 0) return {"mkdir /root", errno};
+  if (MkdirOwned("/home", 0755, 0) < 0) return {"mkdir /home", errno};
+  if (MkdirOwned("/home/user", 0755, kUserUid) < 0) return {"mkdir /home/user", errno};
+  return {};
+}
+
 // Everything the sandbox process does between clone and exec, in order. Any failure returns the
 // step and errno; nothing is retried.
 Failure ContainProcess(const JailConfig& c, int sync_fd, int agent_fd,
@@ -286,41 +336,48 @@ Failure ContainProcess(const JailConfig& c, int sync_fd, int agent_fd,
   if (::mount("overlay", root.c_str(), "overlay", MS_NOSUID | MS_NODEV, overlay.c_str()) < 0) {
     return {"mount overlay", errno};
   }
-  // The host's /usr, read-only; /bin, /lib, ... are symlinks into it in the template.
-  if (BindWithFlags("/usr", (root + "/usr").c_str(), MS_RDONLY | MS_NOSUID | MS_NODEV) < 0) {
-    return {"bind /usr", errno};
-  }
-  for (const auto& dir : c.ro_binds) {  // a host whose /bin, /lib, ... are not symlinks
-    if (BindWithFlags(dir.c_str(), (root + dir).c_str(), MS_RDONLY | MS_NOSUID | MS_NODEV) < 0) {
-      return {"bind host directory", errno};
+  // Every mount point is a directory of the root, not a symlink a layer put there (the mount
+  // would follow it out of the root).
+  for (const char* dir : {"/usr", "/proc", "/dev", "/sys", "/tmp", "/etc"}) {
+    struct stat st;
+    if (c.rootfs && std::string_view(dir) == "/usr") continue;
+    if (::lstat((root + dir).c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
+      return {"mount point is not a directory", ENOTDIR};
     }
   }
-
-  // 3. /etc, the home directories and /tmp, all new in the writable layer.
-  if (MkdirOwned(root + "/etc", 0755, 0) < 0) return {"mkdir /etc", errno};
-  for (const auto& [name, text] : EtcFiles(c.id)) {
-    if (WriteFile(root + "/etc/" + name, text, 0644) < 0) return {"write /etc", errno};
-  }
-  // Debian's /usr/bin/awk, editor, ... are symlinks through /etc/alternatives: the host's,
-  // read-only (symlinks only: nothing in it is secret).
-  struct stat alternatives;
-  if (::lstat("/etc/alternatives", &alternatives) == 0 && S_ISDIR(alternatives.st_mode)) {
-    if (MkdirOwned(root + "/etc/alternatives", 0755, 0) < 0) return {"mkdir /etc/alternatives", errno};
-    if (BindWithFlags("/etc/alternatives", (root + "/etc/alternatives").c_str(),
-                      MS_RDONLY | MS_NOSUID | MS_NODEV) < 0) {
-      return {"bind /etc/alternatives", errno};
+  UniqueFd alternatives;
+  if (!c.rootfs) {
+    // The host's /usr, read-only; /bin, /lib, ... are symlinks into it in the template.
+    if (BindWithFlags("/usr", (root + "/usr").c_str(), MS_RDONLY | MS_NOSUID | MS_NODEV) < 0) {
+      return {"bind /usr", errno};
+    }
+    for (const auto& dir : c.ro_binds) {  // a host whose /bin, /lib, ... are not symlinks
+      if (BindWithFlags(dir.c_str(), (root + dir).c_str(), MS_RDONLY | MS_NOSUID | MS_NODEV) < 0) {
+        return {"bind host directory", errno};
+      }
+    }
+    // Debian's /usr/bin/awk, editor, ... are symlinks through /etc/alternatives: the host's,
+    // read-only (symlinks only: nothing in it is secret), mounted in step 6.
+    struct stat st;
+    if (::lstat("/etc/alternatives", &st) == 0 && S_ISDIR(st.st_mode)) {
+      alternatives.Reset(static_cast<int>(::syscall(SYS_open_tree, AT_FDCWD, "/etc/alternatives",
+                                                    OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)));
+      mount_attr attr{};
+      attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+      if (!alternatives ||
+          ::syscall(SYS_mount_setattr, alternatives.get(), "", AT_EMPTY_PATH, &attr, sizeof attr) <
+              0) {
+        return {"bind /etc/alternatives", errno};
+      }
     }
   }
-  if (MkdirOwned(root + "/root", 0700, 0) < 0) return {"mkdir /root", errno};
-  if (MkdirOwned(root + "/home", 0755, 0) < 0) return {"mkdir /home", errno};
-  if (MkdirOwned(root + "/home/user", 0755, kUserUid) < 0) return {"mkdir /home/user", errno};
   std::string tmp_opts = "size=" + std::to_string(c.tmp_mb) + "m,mode=1777";
   if (::mount("tmpfs", (root + "/tmp").c_str(), "tmpfs", MS_NOSUID | MS_NODEV, tmp_opts.c_str()) <
       0) {
     return {"mount /tmp", errno};
   }
 
-  // 4. A fresh /proc for the new pid namespace, with the sensitive parts masked, and /dev.
+  // 3. A fresh /proc for the new pid namespace, with the sensitive parts masked, and /dev.
   if (::mount("proc", (root + "/proc").c_str(), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) <
       0) {
     return {"mount /proc", errno};
@@ -329,11 +386,15 @@ Failure ContainProcess(const JailConfig& c, int sync_fd, int agent_fd,
   if (Failure f = MakeDev(root); f.step) return f;
   if (Failure f = MakeSys(root, c); f.step) return f;
 
-  // 5. Make the new root the root, and let go of the old one entirely.
+  // 4. Make the new root the root, and let go of the old one entirely.
   if (::chdir(root.c_str()) < 0) return {"chdir rootfs", errno};
   if (::syscall(SYS_pivot_root, ".", ".") < 0) return {"pivot_root", errno};
   if (::umount2(".", MNT_DETACH) < 0) return {"detach old root", errno};
   if (::chdir("/") < 0) return {"chdir /", errno};
+
+  // 5. /etc and the home directories, in the writable layer. Only now: a path a layer made a
+  //    symlink resolves inside the sandbox, never to the host's files.
+  if (Failure f = WriteEtc(c, alternatives); f.step) return f;
 
   // 6. Identity and network: the sandbox id as hostname, loopback only.
   if (::sethostname(c.id.data(), c.id.size()) < 0) return {"sethostname", errno};
@@ -429,6 +490,42 @@ std::vector<std::pair<std::string, std::string>> EtcFiles(const std::string& hos
       // No network yet: the resolver has nothing to ask.
       {"resolv.conf", "# this sandbox has no network\n"},
   };
+}
+
+std::string MergeAccounts(std::string_view existing, std::string_view ours) {
+  // Field 0 is the name, field 2 the numeric id, in both passwd and group.
+  auto field = [](std::string_view line, int n) {
+    for (int i = 0; i < n; ++i) {
+      size_t colon = line.find(':');
+      if (colon == std::string_view::npos) return std::string_view();
+      line.remove_prefix(colon + 1);
+    }
+    return line.substr(0, line.find(':'));
+  };
+  auto lines = [](std::string_view text, auto&& each) {
+    while (!text.empty()) {
+      size_t nl = text.find('\n');
+      std::string_view line = text.substr(0, nl);
+      if (!line.empty()) each(line);
+      text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+    }
+  };
+  std::vector<std::string_view> names, ids;
+  lines(ours, [&](std::string_view line) {
+    names.push_back(field(line, 0));
+    ids.push_back(field(line, 2));
+  });
+  std::string out(ours);
+  if (!out.empty() && out.back() != '\n') out += '\n';
+  lines(existing, [&](std::string_view line) {
+    auto taken = [](const std::vector<std::string_view>& v, std::string_view x) {
+      return std::find(v.begin(), v.end(), x) != v.end();
+    };
+    if (taken(names, field(line, 0)) || taken(ids, field(line, 2))) return;
+    out.append(line);
+    out += '\n';
+  });
+  return out;
 }
 
 std::string FormatReport(const LaunchReport& r) {

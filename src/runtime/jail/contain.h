@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/error.h"
@@ -17,6 +18,9 @@ struct JailConfig {
   std::string id;            // becomes the hostname
   std::string sandbox_dir;   // host directory holding empty "disk" and "rootfs" mount points
   std::string template_dir;  // the read-only lowest layer of the root filesystem
+  // The layers hold a whole root file system (a Debian or OCI image): the host's /usr and
+  // /etc/alternatives are not bound in, and its accounts are merged with the sandbox's.
+  bool rootfs = false;
   // Content-addressed layers (layers.h) stacked on it, topmost first; each is mounted idmapped
   // into the sandbox's uid range, read-only.
   std::vector<std::string> layers;
@@ -64,5 +68,9 @@ LaunchReport Launch(const JailConfig& config);
 
 // The /etc files of a fresh sandbox: name -> contents.
 std::vector<std::pair<std::string, std::string>> EtcFiles(const std::string& hostname);
+
+// passwd or group text: `ours` (root, user, nobody, ...), then every line of `existing` whose
+// name and id are not one of ours.
+std::string MergeAccounts(std::string_view existing, std::string_view ours);
 
 }  // namespace airlock::jail

@@ -168,7 +168,7 @@ Result<std::unique_ptr<JailRuntime>> JailRuntime::Open(JailOptions options) {
       return std::unexpected(st.error());
     }
   }
-  if (auto st = rt->PrepareBaseTemplate(); !st) return std::unexpected(st.error());
+  if (auto st = rt->PrepareTemplates(); !st) return std::unexpected(st.error());
   if (auto st = rt->layers_.Prepare(); !st) return std::unexpected(st.error());
   // The seccomp policy is compiled once and handed to every launcher, sealed.
   auto seccomp = SeccompProgram::Compile();
@@ -197,14 +197,28 @@ std::string JailRuntime::SandboxDir(const std::string& id) const {
   return options_.state_dir + "/jail/" + id;
 }
 
+std::string JailRuntime::StagingDir() const { return options_.state_dir + "/staging"; }
+
 std::string JailRuntime::TemplateDir(const std::string& name) const {
   return options_.state_dir + "/templates/" + name;
 }
 
-// The base template's layer: empty mount points, and /bin, /lib, ... as the host has them
-// (symlinks into /usr on a merged-/usr host; otherwise bound read-only at create).
-Status JailRuntime::PrepareBaseTemplate() {
-  std::string dir = TemplateDir("base");
+// The base root's lowest layer: empty mount points, and /bin, /lib, ... as the host has them
+// (symlinks into /usr on a merged-/usr host; otherwise bound read-only at create). The rootfs
+// root's: only the mount points, under an imported root file system that may lack them.
+Status JailRuntime::PrepareTemplates() {
+  std::string rootfs = TemplateDir(runtime::kRootfsRoot);
+  if (auto st = MakeDir(rootfs, 0755); !st) return st;
+  for (const char* sub : {"proc", "dev", "tmp", "sys"}) {  // chown-free: mount points only
+    if (auto st = MakeDir(rootfs + "/" + sub, 0755); !st) return st;
+  }
+  // What interrupted imports left; 0700 like layers/ (the trees in it are a sandbox's ids).
+  std::error_code cleared;
+  fs::remove_all(StagingDir(), cleared);
+  if (cleared) return FailErrno("clearing " + StagingDir(), cleared.value());
+  if (auto st = MakeDir(StagingDir(), 0700); !st) return st;
+
+  std::string dir = TemplateDir(runtime::kBaseRoot);
   if (auto st = MakeDir(dir, 0755); !st) return st;
   for (const char* sub : {"usr", "proc", "dev", "tmp", "sys", "run"}) {
     if (auto st = MakeDir(dir + "/" + sub, 0755); !st) return st;
@@ -235,6 +249,9 @@ Result<std::unique_ptr<runtime::Sandbox>> JailRuntime::Create(const SandboxSpec&
   if (auto st = ValidateSandboxId(spec.id); !st) return std::unexpected(st.error());
   if (!HasTemplate(spec.template_name)) {
     return Fail(ErrorCode::kNotFound, "template '" + spec.template_name + "' does not exist");
+  }
+  if (spec.template_name == runtime::kRootfsRoot && spec.layers.empty()) {
+    return Fail(ErrorCode::kInvalidArgument, "a rootfs sandbox needs the layer that holds its root");
   }
   if (spec.layers.size() > kMaxLayers) {
     return Fail(ErrorCode::kInvalidArgument, "a sandbox stacks at most " +
@@ -308,7 +325,11 @@ Result<std::unique_ptr<runtime::Sandbox>> JailRuntime::Create(const SandboxSpec&
                std::to_string(spec.limits.tmp_mb), "--nofile", std::to_string(spec.limits.nofile)});
   for (const auto& d : cgroup.dirs())
     args.insert(args.end(), {"--cgroup-procs", d + "/cgroup.procs"});
-  for (const auto& b : ro_binds_) args.insert(args.end(), {"--ro-bind", b});
+  if (spec.template_name == runtime::kRootfsRoot) {
+    args.push_back("--rootfs");
+  } else {
+    for (const auto& b : ro_binds_) args.insert(args.end(), {"--ro-bind", b});
+  }
   for (const auto& layer : spec.layers) args.insert(args.end(), {"--layer", layers_.Path(layer)});
   // The agent reads its memory cgroup's OOM count from inside (ReadOomKillCount).
   if (layout_.version == CgroupVersion::kV2) {
@@ -519,6 +540,23 @@ Result<runtime::LayerSnapshot> JailRuntime::SnapshotLayer(const std::string& id)
   auto imported = layers_.Import(upper.get(), uid_base);
   thaw();
   if (!imported) return std::unexpected(imported.error().Wrap("snapshotting " + id));
+  return runtime::LayerSnapshot{imported->digest, imported->files, imported->bytes,
+                                imported->existed};
+}
+
+Result<runtime::LayerSnapshot> JailRuntime::ImportLayer(
+    const std::function<Status(const std::string& dir)>& fill) {
+  std::string dir = StagingDir() + "/import-XXXXXX";
+  if (::mkdtemp(dir.data()) == nullptr) return FailErrno("making a staging directory", errno);
+  auto imported = [&]() -> Result<LayerImport> {
+    if (auto st = fill(dir); !st) return std::unexpected(st.error());
+    auto src = OpenFile(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+    if (!src) return std::unexpected(src.error());
+    return layers_.Import(src->get(), 0);
+  }();
+  std::error_code ec;
+  fs::remove_all(dir, ec);  // what this leaves, the next Open removes
+  if (!imported) return std::unexpected(imported.error().Wrap("importing a root file system"));
   return runtime::LayerSnapshot{imported->digest, imported->files, imported->bytes,
                                 imported->existed};
 }

@@ -19,7 +19,7 @@
 namespace airlock::jail {
 
 struct JailOptions {
-  std::string state_dir;      // holds jail/<id>/ per sandbox, templates/base/ and layers/
+  std::string state_dir;  // holds jail/<id>/ per sandbox, templates/{base,rootfs}/, layers/, staging/
   std::string launcher_path;  // airlock-jail
   std::string agent_path;     // airlock-agent (static)
   uid_t uid_first = 1u << 30;
@@ -36,9 +36,8 @@ class JailRuntime : public runtime::Runtime {
   ~JailRuntime() override;
 
   std::string_view name() const override { return "jail"; }
-  // Only "base" until templates land (issue 7).
   bool HasTemplate(const std::string& template_name) const override {
-    return template_name == "base";
+    return template_name == runtime::kBaseRoot || template_name == runtime::kRootfsRoot;
   }
   Result<std::unique_ptr<runtime::Sandbox>> Create(const runtime::SandboxSpec& spec) override;
   Status Destroy(const std::string& id) override;
@@ -48,6 +47,8 @@ class JailRuntime : public runtime::Runtime {
   Status UpdateLimits(const std::string& id, const runtime::Limits& limits) override;
   bool HasLayer(const std::string& digest) const override { return layers_.Has(digest); }
   Result<runtime::LayerSnapshot> SnapshotLayer(const std::string& id) override;
+  Result<runtime::LayerSnapshot> ImportLayer(
+      const std::function<Status(const std::string& dir)>& fill) override;
   Status RemoveLayer(const std::string& digest) override { return layers_.Remove(digest); }
   Result<std::vector<std::string>> ListLayers() override { return layers_.List(); }
   Status Pause(const std::string& id) override;
@@ -59,6 +60,7 @@ class JailRuntime : public runtime::Runtime {
   const CgroupLayout& cgroup_layout() const { return layout_; }
   std::string SandboxDir(const std::string& id) const;
   std::string TemplateDir(const std::string& name) const;
+  std::string StagingDir() const;  // where ImportLayer's trees are written
 
  private:
   struct Live {
@@ -73,7 +75,8 @@ class JailRuntime : public runtime::Runtime {
         layout_(std::move(layout)),
         uids_(options_.uid_first, options_.uid_slots),
         layers_(options_.state_dir + "/layers") {}
-  Status PrepareBaseTemplate();
+  // The roots' lowest layers (templates/base, templates/rootfs) and an empty staging/.
+  Status PrepareTemplates();
   runtime::SandboxInfo Info(const std::string& id, pid_t init_pid, uid_t uid_base,
                             const SandboxCgroup& cgroup) const;
   // Undoes a create or destroys a sandbox: kills, reaps, removes, releases. Never fails on

@@ -8,7 +8,7 @@
 //                --channel-fd N --report-fd N --seccomp-fd N [--disk-mb N] [--tmp-mb N] [--nofile
 //                N]
 //                [--cgroup-procs FILE]... [--cgroup-bind HOST=INSIDE]... [--ro-bind DIR]...
-//                [--layer DIR]... (topmost first)
+//                [--layer DIR]... (topmost first) [--rootfs] (the layers hold a whole root)
 //                [-- AGENT-ARGS...]
 
 #include <getopt.h>
@@ -61,7 +61,8 @@ int main(int argc, char** argv) {
     kBind,
     kCgBind,
     kSeccomp,
-    kLayer
+    kLayer,
+    kRootfs
   };
   static const option kLong[] = {{"id", required_argument, nullptr, kId},
                                  {"sandbox-dir", required_argument, nullptr, kDir},
@@ -78,6 +79,7 @@ int main(int argc, char** argv) {
                                  {"cgroup-bind", required_argument, nullptr, kCgBind},
                                  {"seccomp-fd", required_argument, nullptr, kSeccomp},
                                  {"layer", required_argument, nullptr, kLayer},
+                                 {"rootfs", no_argument, nullptr, kRootfs},
                                  {nullptr, 0, nullptr, 0}};
   int opt;
   while ((opt = getopt_long(argc, argv, "", kLong, nullptr)) != -1) {
@@ -137,6 +139,9 @@ int main(int argc, char** argv) {
         if (optarg[0] != '/') Usage("--layer takes an absolute path");
         c.layers.emplace_back(optarg);
         break;
+      case kRootfs:
+        c.rootfs = true;
+        break;
       default:
         Usage("unknown option");
     }
@@ -147,6 +152,7 @@ int main(int argc, char** argv) {
   if (c.sandbox_dir.empty() || c.template_dir.empty() || c.agent_path.empty()) {
     Usage("--sandbox-dir, --template-dir and --agent are required");
   }
+  if (c.rootfs && c.layers.empty()) Usage("--rootfs needs the --layer that holds the root");
   if (c.uid_base == 0) Usage("--uid-base must not be 0: root inside must not be root outside");
   if (c.channel_fd < 0 || report_fd < 0 || c.seccomp_fd < 0) {
     Usage("--channel-fd, --report-fd and --seccomp-fd are required");

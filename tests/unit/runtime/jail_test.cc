@@ -109,9 +109,11 @@ class JailTest : public ::testing::Test {
   };
 
   // A sandbox with a connected agent; destroyed when the test ends.
-  Box Make(runtime::Limits limits = {}, std::vector<std::string> layers = {}) {
+  Box Make(runtime::Limits limits = {}, std::vector<std::string> layers = {},
+           const char* root = runtime::kBaseRoot) {
     runtime::SandboxSpec spec;
     spec.id = NewSandboxId();
+    spec.template_name = root;
     spec.limits = limits;
     spec.layers = std::move(layers);
     auto sbx = runtime_->Create(spec);
@@ -494,6 +496,100 @@ TEST_F(JailTest, LayersThatDoNotExistAreRefused) {
   auto snap = runtime_->SnapshotLayer("sbx-nothere");
   ASSERT_FALSE(snap);
   EXPECT_EQ(snap.error().code(), ErrorCode::kNotFound);
+}
+
+// A layer made from a directory tree on the host (as an image import makes one).
+std::string ImportTree(runtime::Runtime& rt, const std::function<void(const std::string&)>& fill) {
+  auto imported = rt.ImportLayer([&](const std::string& dir) -> Status {
+    fill(dir);
+    return {};
+  });
+  EXPECT_TRUE(imported) << (imported ? "" : imported.error().message());
+  return imported ? imported->digest : "";
+}
+
+void WriteText(const std::string& path, const std::string& text) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path) << text;
+}
+
+TEST_F(JailTest, ARootFileSystemLayerIsTheWholeRoot) {
+  if (::access("/bin/busybox", X_OK) != 0) GTEST_SKIP() << "/bin/busybox (busybox-static) is absent";
+  const std::string digest = ImportTree(*runtime_, [](const std::string& dir) {
+    fs::create_directories(dir + "/bin");
+    fs::create_directories(dir + "/usr/share/marker");
+    fs::copy_file("/bin/busybox", dir + "/bin/busybox");
+    for (const char* applet : {"sh", "cat", "ls", "id", "test", "echo", "stat"}) {
+      fs::create_symlink("busybox", dir + "/bin/" + applet);
+    }
+    WriteText(dir + "/etc/passwd",
+              "root:x:0:0:root:/root:/bin/sh\ndaemon:x:1:1:daemon:/:/bin/sh\n"
+              "user:x:1001:1001:theirs:/:/bin/sh\n");
+    WriteText(dir + "/etc/group", "root:x:0:\ndaemon:x:1:\nuser:x:1001:\n");
+    WriteText(dir + "/etc/os-release", "ID=test-image\n");
+    fs::create_symlink("/run/resolv.conf", dir + "/etc/resolv.conf");
+  });
+  ASSERT_FALSE(digest.empty());
+  // Nothing of the import is left in the staging directory.
+  EXPECT_TRUE(ListDir(runtime_->StagingDir()).empty());
+
+  Box box = Make({}, {digest}, runtime::kRootfsRoot);
+  auto seen = Run(box,
+                  "cat /etc/os-release; ls /usr; test -e /usr/bin/env || echo no-host-usr; "
+                  "id -u; cat /etc/passwd; stat -c %F /etc/resolv.conf");
+  EXPECT_EQ(seen.stdout_data,
+            "ID=test-image\nshare\nno-host-usr\n1000\n"
+            "root:x:0:0:root:/root:/bin/sh\n"
+            "user:x:1000:1000:user:/home/user:/bin/bash\n"
+            "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+            "daemon:x:1:1:daemon:/:/bin/sh\n"
+            "regular file\n")
+      << seen.stderr_data;
+  EXPECT_EQ(Run(box, "cat /etc/group").stdout_data,
+            "root:x:0:\ntty:x:5:user\nuser:x:1000:\nnogroup:x:65534:\ndaemon:x:1:\n");
+
+  // Without its layer a rootfs sandbox has no root: refused before anything is made.
+  runtime::SandboxSpec bare;
+  bare.id = NewSandboxId();
+  bare.template_name = runtime::kRootfsRoot;
+  auto refused = runtime_->Create(bare);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), ErrorCode::kInvalidArgument);
+}
+
+TEST_F(JailTest, SymlinksALayerLeftInEtcReachNothingOnTheHost) {
+  // A world-writable host directory: what the sandbox's setup writes would land here if it
+  // followed a layer's symlinks before entering the sandbox's root.
+  char canary_tmpl[] = "/tmp/airlock-canary-XXXXXX";
+  ASSERT_NE(::mkdtemp(canary_tmpl), nullptr);
+  const std::string canary = canary_tmpl;
+  ASSERT_EQ(::chmod(canary.c_str(), 01777), 0);
+  const std::string files = ImportTree(*runtime_, [&](const std::string& dir) {
+    fs::create_directories(dir + "/etc");
+    for (const char* name : {"hostname", "passwd", "hosts"}) {
+      fs::create_symlink(canary + "/" + name, dir + "/etc/" + name);
+    }
+  });
+  const std::string whole = ImportTree(*runtime_, [&](const std::string& dir) {
+    fs::create_symlink(canary, dir + "/etc");
+  });
+  ASSERT_FALSE(files.empty());
+  ASSERT_FALSE(whole.empty());
+
+  // Symlinked files are replaced inside the sandbox.
+  Box box = Make({}, {files});
+  EXPECT_EQ(Run(box, "stat -c %F /etc/hostname /etc/passwd; cat /etc/hostname").stdout_data,
+            "regular file\nregular file\n" + box.id + "\n");
+  // A symlinked /etc is refused, naming why.
+  runtime::SandboxSpec spec;
+  spec.id = NewSandboxId();
+  spec.layers = {whole};
+  auto refused = runtime_->Create(spec);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message().find("mount point is not a directory"), std::string::npos)
+      << refused.error().message();
+  EXPECT_TRUE(ListDir(canary).empty());
+  fs::remove_all(canary);
 }
 
 TEST_F(JailTest, CheckpointIsUnimplementedAndSaysSo) {
