@@ -62,9 +62,17 @@ Outcome<json> RequestFromToml(const std::string& file) {
   } catch (const std::exception& e) {
     return UsageError("template build", file + ": " + e.what());
   }
+  const fs::path dir = fs::path(file).parent_path();
+  // A relative path as the base is an image archive next to the file; the daemon (on this
+  // host) is given its absolute path.
+  if (doc.contains("base") && doc["base"].is_string()) {
+    const std::string base = doc["base"].get<std::string>();
+    if (base.find('/') != std::string::npos && !base.starts_with('/')) {
+      doc["base"] = fs::absolute(dir / base).lexically_normal().string();
+    }
+  }
   if (!doc.contains("steps")) return doc;
   if (!doc["steps"].is_array()) return UsageError("template build", "steps must be an array");
-  const fs::path dir = fs::path(file).parent_path();
   json steps = json::array();
   for (json& step : doc["steps"]) {
     if (!step.is_object() || !step.contains("copy") || !step["copy"].is_object() ||
@@ -118,7 +126,9 @@ Outcome<int> Build(const std::string& file, const std::optional<std::string>& na
   auto streamed = api->CallStreamed("POST", "/v1/templates", *request, [&](std::string_view line) {
     json event = json::parse(line, nullptr, /*allow_exceptions=*/false);
     const std::string type = Text(event, "type");
-    if (type == "step") {
+    if (type == "base") {
+      std::fprintf(stderr, "base: %s\n", Text(event, "message").c_str());
+    } else if (type == "step") {
       const json& step = event.value("step", json::object());
       std::string what = step.contains("run") ? "run " + Text(step, "run")
                                               : "copy " + Text(step.value("copy", json()), "path");

@@ -41,6 +41,36 @@ class TemplateTest : public DaemonTest {
   }
 };
 
+// Writes an OCI image archive to `out`: busybox in a first (plain tar) layer, and a second
+// (gzip) layer that adds /etc/os-release and whites out /bin/vi; its config sets Env and
+// WorkingDir. Made with tar, gzip and sha256sum, as an image builder would.
+bool WriteBusyboxImage(const std::string& work, const std::string& out) {
+  const std::string script = R"(set -e
+cd "$1"
+mkdir -p l1/bin l2/etc l2/bin img/blobs/sha256
+cp /bin/busybox l1/bin/busybox
+for a in $(/bin/busybox --list); do [ "$a" = busybox ] || ln -s busybox "l1/bin/$a"; done
+echo 'ID=airlock-test' > l2/etc/os-release
+: > l2/bin/.wh.vi
+tar -C l1 -cf l1.tar . && tar -C l2 -cf l2.tar .
+D1=$(sha256sum l1.tar | cut -d' ' -f1); D2=$(sha256sum l2.tar | cut -d' ' -f1)
+gzip -n l2.tar
+blob() { d=$(sha256sum "$1" | cut -d' ' -f1); cp "$1" "img/blobs/sha256/$d"; echo "$d"; }
+size() { stat -c %s "$1"; }
+L1=$(blob l1.tar); L2=$(blob l2.tar.gz)
+printf '{"architecture":"amd64","os":"linux","config":{"Env":["PATH=/usr/local/bin:/usr/bin:/bin","GREETING=hello"],"WorkingDir":"/srv/app","User":"1234"},"rootfs":{"type":"layers","diff_ids":["sha256:%s","sha256:%s"]}}' "$D1" "$D2" > config.json
+C=$(blob config.json)
+printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:%s","size":%s},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":"sha256:%s","size":%s},{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"sha256:%s","size":%s}]}' "$C" "$(size config.json)" "$L1" "$(size l1.tar)" "$L2" "$(size l2.tar.gz)" > manifest.json
+M=$(blob manifest.json)
+printf '{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:%s","size":%s}]}' "$M" "$(size manifest.json)" > img/index.json
+echo '{"imageLayoutVersion":"1.0.0"}' > img/oci-layout
+tar -C img -cf "$2" .
+)";
+  ProcessResult made = RunProcess({"/bin/bash", "-c", script, "image", work, out}, {});
+  EXPECT_TRUE(WIFEXITED(made.status) && WEXITSTATUS(made.status) == 0) << made.err;
+  return WIFEXITED(made.status) && WEXITSTATUS(made.status) == 0;
+}
+
 TEST_F(TemplateTest, BuildRunsItsStepsAndSandboxesStartFromIt) {
   Reply built = Build({{"name", "app"},
                        {"steps",
@@ -229,6 +259,91 @@ TEST_F(TemplateTest, SnapshotAndForkCarryTheFileSystem) {
   EXPECT_EQ(Layers(), std::set<std::string>{snap.Json()["layers"][0].get<std::string>()});
 }
 
+TEST_F(TemplateTest, AnOciImageArchiveIsABaseWithNothingOfTheHost) {
+  if (::access("/bin/busybox", X_OK) != 0) GTEST_SKIP() << "/bin/busybox (busybox-static) is absent";
+  // Image archives are read from the daemon's image_dir only (<state_dir>/images by default).
+  const std::string images = daemon_->state_dir() + "/images";
+  fs::create_directories(images);
+  fs::create_directories(dir_ + "/work");
+  ASSERT_TRUE(WriteBusyboxImage(dir_ + "/work", images + "/busybox.tar"));
+
+  Reply built = Build({{"name", "bb"},
+                       {"base", images + "/busybox.tar"},
+                       {"steps", {{{"run", "echo built > built.txt"}}}}});
+  ASSERT_EQ(built.status, 201) << built.body;
+  const json t = built.Json();
+  EXPECT_EQ(t["layers"].size(), 2u) << "the step's layer on the image's";
+  const std::string a = CreateSandbox(R"({"template": "bb"})");
+  ASSERT_FALSE(a.empty());
+  // The image's files, env and workdir; its whiteout applied; not the host's /usr; our user.
+  EXPECT_EQ(Run(a, "cat /etc/os-release; echo $GREETING; pwd; cat built.txt; "
+                   "test -e /bin/vi || echo no-vi; test -e /usr/bin/env || echo no-host-usr; id -u"),
+            "ID=airlock-test\nhello\n/srv/app\nbuilt\nno-vi\nno-host-usr\n1000\n");
+
+  // A fork starts on the same root.
+  Run(a, "echo mine > /home/user/mine");
+  Reply fork = daemon_->Call(http::verb::post, "/v1/sandboxes/" + a + "/fork", "{}");
+  ASSERT_EQ(fork.status, 201) << fork.body;
+  const std::string f = fork.Json()["sandboxes"][0]["id"];
+  EXPECT_EQ(Run(f, "cat /etc/os-release /home/user/mine; test -e /usr/bin/env || echo no-host-usr"),
+            "ID=airlock-test\nmine\nno-host-usr\n");
+
+  // Outside image_dir, or not there at all: refused, and no template is left.
+  Reply outside = Build({{"name", "x"}, {"base", "/etc/passwd"}});
+  EXPECT_EQ(outside.status, 403) << outside.body;
+  Reply missing = Build({{"name", "y"}, {"base", images + "/missing.tar"}});
+  EXPECT_EQ(missing.status, 404) << missing.body;
+  fs::copy_file("/etc/hostname", images + "/not-an-image.tar");
+  Reply garbage = Build({{"name", "z"}, {"base", images + "/not-an-image.tar"}});
+  EXPECT_EQ(garbage.status, 400) << garbage.body;
+  for (const char* name : {"x", "y", "z"}) {
+    EXPECT_EQ(daemon_->Call(http::verb::get, std::string("/v1/templates/") + name).status, 404);
+  }
+  Delete(f);
+  Delete(a);
+  EXPECT_EQ(daemon_->Call(http::verb::delete_, "/v1/templates/bb").status, 204);
+  EXPECT_TRUE(Layers().empty()) << "the image's layer goes with its last template";
+  std::error_code ec;
+  EXPECT_TRUE(fs::is_empty(daemon_->state_dir() + "/staging", ec)) << "imports leave nothing";
+}
+
+TEST_F(TemplateTest, ADebianSuiteIsMadeOnceAndSharedByItsTemplates) {
+  if (RunProcess({"/bin/sh", "-c", "command -v mmdebstrap"}, {}).status != 0) {
+    GTEST_SKIP() << "mmdebstrap is not installed (scripts/setup installs it)";
+  }
+  Reply first = daemon_->Call(http::verb::post, "/v1/templates",
+                              json{{"name", "deb-one"},
+                                   {"base", "debian:bookworm"},
+                                   {"steps", {{{"run", "echo one > /opt/one"}}}},
+                                   {"stream", true}}
+                                  .dump());
+  ASSERT_EQ(first.status, 200) << first.body;
+  EXPECT_NE(first.body.find(R"("type":"base")"), std::string::npos) << "the base is made now";
+  EXPECT_NE(first.body.find(R"("type":"done")"), std::string::npos) << first.body.substr(0, 4096);
+  Reply debian = daemon_->Call(http::verb::get, "/v1/templates/debian:bookworm");
+  ASSERT_EQ(debian.status, 200) << debian.body;
+  EXPECT_EQ(debian.Json()["state"], "ready");
+  ASSERT_EQ(debian.Json()["layers"].size(), 1u);
+
+  // A second template on it uses the same layer: nothing is made again.
+  Reply second = Build({{"name", "deb-two"}, {"base", "debian:bookworm"}});
+  ASSERT_EQ(second.status, 201) << second.body;
+  EXPECT_EQ(second.Json()["layers"][1], debian.Json()["layers"][0]);
+
+  const std::string a = CreateSandbox(R"({"template": "deb-one"})");
+  ASSERT_FALSE(a.empty());
+  const std::string seen =
+      Run(a, "cut -d. -f1 /etc/debian_version; cat /opt/one; dpkg-query -W -f '${Package}\\n' "
+             "apt; id -un; grep -c '^_apt:' /etc/passwd");
+  EXPECT_EQ(seen, "12\none\napt\nuser\n1\n");
+  // The suite itself is a template sandboxes can start from.
+  const std::string b = CreateSandbox(R"({"template": "debian:bookworm"})");
+  ASSERT_FALSE(b.empty());
+  EXPECT_EQ(Run(b, "cut -d. -f1 /etc/debian_version"), "12\n");
+  Reply in_use = daemon_->Call(http::verb::delete_, "/v1/templates/debian:bookworm");
+  EXPECT_EQ(in_use.status, 409) << in_use.body;
+}
+
 TEST_F(TemplateTest, BadRequestsAreRefusedClearly) {
   struct Case {
     http::verb method;
@@ -246,6 +361,10 @@ TEST_F(TemplateTest, BadRequestsAreRefusedClearly) {
       {http::verb::post, "/v1/templates",
        R"({"name": "x", "steps": [{"copy": {"path": "rel", "content": ""}}]})", 400},
       {http::verb::post, "/v1/templates", R"({"name": "x", "base": "nope"})", 404},
+      {http::verb::post, "/v1/templates", R"({"name": "x", "base": "debian:"})", 400},
+      {http::verb::post, "/v1/templates", R"({"name": "x", "base": "debian:Bad"})", 400},
+      {http::verb::post, "/v1/templates", R"({"name": "x", "base": "rel/image.tar"})", 400},
+      {http::verb::post, "/v1/templates", R"({"name": "debian:sid"})", 400},
       {http::verb::post, "/v1/templates", R"({"name": "x", "surprise": 1})", 400},
       {http::verb::get, "/v1/templates/nope", "", 404},
       {http::verb::put, "/v1/templates/x", "{}", 405},

@@ -30,6 +30,7 @@ class Template:
     source: str
     base: str
     layers: List[str]
+    root: str = "base"  # "rootfs" when the bottom layer is a Debian or image root file system
     workdir: str = ""
     env_keys: List[str] = field(default_factory=list)
     steps: List[Dict[str, Any]] = field(default_factory=list)
@@ -40,7 +41,7 @@ class Template:
     def from_json(cls, body: Mapping[str, Any]) -> "Template":
         return cls(name=body["name"], state=body["state"], source=body.get("source", ""),
                    base=body.get("base", "base"), layers=list(body.get("layers", [])),
-                   workdir=body.get("workdir", ""), env_keys=list(body.get("env_keys", [])),
+                   root=body.get("root", "base"), workdir=body.get("workdir", ""), env_keys=list(body.get("env_keys", [])),
                    steps=list(body.get("steps", [])), error=body.get("error"), info=dict(body))
 
     # --- steps, for build() ---
@@ -93,8 +94,10 @@ class Templates:
         on_output: Optional[Callable[[str], None]] = None,
     ) -> Template:
         """Builds a template and returns it ready; a failed step raises (the error names the
-        step and ends with its output). `on_output` gets each piece of the steps' output
-        (decoded text) as the build runs."""
+        step and ends with its output). `base` is "base", a template, "debian:<suite>" or the
+        absolute path of an OCI image archive on the daemon's host (below its image_dir).
+        `on_output` gets each piece of the steps' output (decoded text) as the build runs,
+        and mmdebstrap's while a Debian base is made."""
         body: Dict[str, Any] = {"name": name, "steps": [dict(s) for s in steps], "stream": True}
         for key, value in (("base", base), ("workdir", workdir), ("start_cmd", start_cmd),
                            ("ready_cmd", ready_cmd), ("ready_timeout_seconds", ready_timeout_seconds),

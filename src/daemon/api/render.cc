@@ -227,6 +227,7 @@ json TemplateJson(const TemplateView& v) {
               {"state", v.state},
               {"source", v.source},
               {"base", settings.value("base", std::string(kDefaultTemplate))},
+              {"root", settings.value("root", std::string(runtime::kBaseRoot))},
               {"layers", v.layers},
               {"env_keys", std::move(env_keys)},
               {"workdir", settings.value("workdir", std::string())},
@@ -255,6 +256,11 @@ std::string RenderStepEvent(size_t index, const std::string& step_json,
                             std::chrono::system_clock::time_point time) {
   json step = json::parse(step_json, nullptr, /*allow_exceptions=*/false);
   return EventLine({{"index", index}, {"step", step.is_discarded() ? json() : step}}, "step", time);
+}
+
+std::string RenderBaseEvent(const std::string& base, const std::string& message,
+                            std::chrono::system_clock::time_point time) {
+  return EventLine({{"base", base}, {"message", message}}, "base", time);
 }
 
 std::string RenderSnapshotEvent(std::chrono::system_clock::time_point time) {

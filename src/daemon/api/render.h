@@ -70,6 +70,10 @@ std::string RenderTemplateList(std::span<const TemplateView> views);
 //   {"type": "step", "index", "step": {"run"} | {"copy": {"path", "bytes", "mode"}}}
 //   the exec events of a run step (start, stdout, stderr, exit)
 //   {"type": "snapshot"}, then last {"type": "done", "template": {...}} or an "error" event
+// Before the steps, when the base is a Debian suite made now or an image imported now:
+//   {"type": "base", "base", "message"}, and the maker's output as "stderr" events
+std::string RenderBaseEvent(const std::string& base, const std::string& message,
+                            std::chrono::system_clock::time_point time);
 std::string RenderStepEvent(size_t index, const std::string& step_json,
                             std::chrono::system_clock::time_point time);
 std::string RenderSnapshotEvent(std::chrono::system_clock::time_point time);

@@ -231,7 +231,7 @@ Result<CreateSandboxRequest> CreateSandboxRequest::FromJson(std::string_view bod
   if (doc.contains("template")) {
     AIRLOCK_TRY_ASSIGN(req.template_name,
                        GetString(doc["template"], "template", kMaxTemplateNameBytes, false));
-    AIRLOCK_TRY(ValidateTemplateName(req.template_name));
+    AIRLOCK_TRY(CheckTemplateName(req.template_name));
   }
   if (doc.contains("ttl_seconds")) {
     AIRLOCK_TRY_ASSIGN(req.ttl_seconds,
@@ -255,7 +255,33 @@ Result<PoolSizeRequest> PoolSizeRequest::FromJson(std::string_view body) {
   return req;
 }
 
-Status CheckTemplateName(std::string_view name) { return ValidateTemplateName(name); }
+EnvMap EnvFromImage(const std::vector<std::string>& list) {
+  EnvMap env;
+  for (const std::string& entry : list) {
+    const size_t eq = entry.find('=');
+    if (eq == std::string::npos || env.size() >= kMaxEnvEntries) continue;
+    std::string key = entry.substr(0, eq), value = entry.substr(eq + 1);
+    if (ValidateEnvKey(key, "env") && value.size() <= kMaxEnvValueBytes &&
+        value.find('\0') == std::string::npos) {
+      env[std::move(key)] = std::move(value);
+    }
+  }
+  return env;
+}
+
+std::string_view DebianSuite(std::string_view name) {
+  constexpr std::string_view kPrefix = "debian:";
+  if (!name.starts_with(kPrefix) || name.size() > kMaxTemplateNameBytes) return {};
+  std::string_view suite = name.substr(kPrefix.size());
+  bool ok = !suite.empty() && IsLower(suite[0]);
+  for (char c : suite) ok = ok && (IsLower(c) || IsDigit(c) || c == '-');
+  return ok ? suite : std::string_view();
+}
+
+Status CheckTemplateName(std::string_view name) {
+  if (!DebianSuite(name).empty()) return {};
+  return ValidateTemplateName(name);
+}
 
 Result<PatchSandboxRequest> PatchSandboxRequest::FromJson(std::string_view body) {
   json doc;
@@ -768,8 +794,13 @@ Result<CreateTemplateRequest> CreateTemplateRequest::FromJson(std::string_view b
   AIRLOCK_TRY(ValidateTemplateName(req.name));
   if (req.name == kDefaultTemplate) return Invalid("name \"base\" is the built-in template's");
   if (doc.contains("base")) {
-    AIRLOCK_TRY_ASSIGN(req.base, GetString(doc["base"], "base", kMaxTemplateNameBytes, false));
-    AIRLOCK_TRY(ValidateTemplateName(req.base));
+    AIRLOCK_TRY_ASSIGN(req.base, GetString(doc["base"], "base", kMaxPathBytes, false));
+    if (req.base.starts_with('/')) {
+      AIRLOCK_TRY(ValidatePath(req.base, "base"));
+    } else if (auto st = CheckTemplateName(req.base); !st) {
+      return Invalid("base must be \"base\", a template, \"debian:<suite>\" or the absolute "
+                     "path of an image archive, got " + Quote(req.base));
+    }
   }
   if (doc.contains("steps")) {
     const json& steps = doc["steps"];
@@ -819,6 +850,7 @@ TemplateSettings TemplateSettings::From(const CreateTemplateRequest& request) {
 
 std::string TemplateSettings::ToJson(const std::vector<TemplateStep>& steps) const {
   json out = {{"base", base},
+              {"root", root},
               {"env", env},
               {"workdir", workdir},
               {"limits", LimitsJson(limits, limits_given)},
@@ -846,6 +878,10 @@ Result<TemplateSettings> TemplateSettings::FromJson(std::string_view text) {
   TemplateSettings s;
   try {
     s.base = doc.value("base", std::string(kDefaultTemplate));
+    s.root = doc.value("root", std::string(runtime::kBaseRoot));
+    if (s.root != runtime::kBaseRoot && s.root != runtime::kRootfsRoot) {
+      return Fail(ErrorCode::kInternal, "a stored template's root '" + s.root + "' is unknown");
+    }
     s.env = doc.value("env", EnvMap{});
     s.workdir = doc.value("workdir", std::string());
     s.start_cmd = doc.value("start_cmd", std::string());

@@ -103,11 +103,20 @@ struct PoolSizeRequest {
 
   [[nodiscard]] static Result<PoolSizeRequest> FromJson(std::string_view body);
 };
-// kInvalidArgument unless `name` is a well-formed template name ([a-z0-9][a-z0-9._-]*, <= 64).
+// kInvalidArgument unless `name` names a template: a template's own name
+// ([a-z0-9][a-z0-9._-]*, <= 64) or a Debian base ("debian:<suite>", made on first use).
 [[nodiscard]] Status CheckTemplateName(std::string_view name);
+// The entries of a KEY=value list (an OCI image's config Env) that a request's env could hold;
+// the others are left out.
+EnvMap EnvFromImage(const std::vector<std::string>& list);
+
+// "debian:<suite>", suite [a-z][a-z0-9-]* (bookworm, trixie, ...): a root file system that
+// mmdebstrap makes from Debian's packages. Returns the suite, or "" for any other name.
+std::string_view DebianSuite(std::string_view name);
 
 // POST /v1/templates (docs/design/templates.md):
-//   {"name", "base"?: "base" | a ready template, "steps"?: [{"run": "...", "user"?,
+//   {"name", "base"?: "base" | a ready template | "debian:<suite>" | an absolute path to an
+//    OCI image archive on the daemon's host (below its image_dir), "steps"?: [{"run": "...", "user"?,
 //    "timeout_seconds"?} | {"copy": {"path", "content", "encoding"?: "utf-8" | "base64",
 //    "mode"?: "0644"}}], "env"?, "workdir"?, "cpus"? ... "disk_mb"?, "start_cmd"?, "ready_cmd"?,
 //    "ready_timeout_seconds"?, "stream"?}
@@ -141,10 +150,13 @@ struct CreateTemplateRequest {
 };
 
 // What a template gives the sandboxes made from it, as stored with the template (JSON):
-// {"base", "env", "workdir", "limits": {given ones}, "start_cmd", "ready_cmd",
+// {"base", "root", "env", "workdir", "limits": {given ones}, "start_cmd", "ready_cmd",
 //  "ready_timeout_seconds", "steps": [{"run"} | {"copy": {"path", "bytes", "mode"}}]}.
 struct TemplateSettings {
   std::string base{kDefaultTemplate};
+  // The engine's root under the template's layers: runtime::kBaseRoot (the host's /usr) or
+  // runtime::kRootfsRoot (the bottom layer is a Debian or OCI image's whole root).
+  std::string root{runtime::kBaseRoot};
   EnvMap env;
   std::string workdir;
   runtime::Limits limits;

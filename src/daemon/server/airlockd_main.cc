@@ -3,7 +3,7 @@
 //
 //   airlockd [--config FILE] [--listen HOST:PORT] [--state-dir DIR] [--no-auth]
 //            [--on-shutdown keep|destroy] [--workers N] [--agent PATH] [--launcher PATH]
-//            [--log-level LEVEL]
+//            [--log-level LEVEL] [--image-dir DIR] [--debian-mirror URL]
 //
 // The first line on stdout is "listening on HOST:PORT" (with the real port when PORT is 0).
 // At start it reconciles its records with what the engine has (adopting live sandboxes).
@@ -43,7 +43,7 @@ constexpr const char* kUsage =
     "usage: airlockd [--config FILE] [--listen HOST:PORT] [--state-dir DIR] [--no-auth]\n"
     "                [--on-shutdown keep|destroy] [--workers N] [--agent PATH]\n"
     "                [--launcher PATH] [--log-level trace|debug|info|warn|error]\n"
-    "                [--pool.TEMPLATE N]\n"
+    "                [--pool.TEMPLATE N] [--image-dir DIR] [--debian-mirror URL]\n"
     "Settings come from the defaults, then the config file (--config, else\n"
     "/etc/airlock/airlockd.toml if it exists), then the flags. See docs/airlockd.md.\n";
 
@@ -179,6 +179,8 @@ int main(int argc, char** argv) {
   if (!runtime) Die("opening the jail engine: " + runtime.error().message());
 
   daemon::Controller controller(**store, **runtime);
+  controller.SetImageSources(
+      {flags.image_dir.empty() ? flags.state_dir + "/images" : flags.image_dir, flags.debian_mirror});
   daemon::Metrics metrics;
   auto recovered = controller.Recover();
   if (!recovered) Die(recovered.error().message());

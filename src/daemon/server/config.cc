@@ -75,6 +75,17 @@ Status Config::Set(std::string_view raw_key, std::string_view value) {
     auto b = ParseBool(key, value);
     if (!b) return std::unexpected(b.error());
     no_auth = *b;
+  } else if (key == "image_dir") {
+    if (!value.starts_with('/')) {
+      return Fail(ErrorCode::kInvalidArgument, "image_dir must be an absolute path");
+    }
+    image_dir = value;
+  } else if (key == "debian_mirror") {
+    if (!value.starts_with("http://") && !value.starts_with("https://") &&
+        !value.starts_with("file:/")) {
+      return Fail(ErrorCode::kInvalidArgument, "debian_mirror must be an http(s):// or file: URL");
+    }
+    debian_mirror = value;
   } else if (key == "agent") {
     agent = value;
   } else if (key == "launcher") {

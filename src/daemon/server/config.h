@@ -10,6 +10,8 @@
 //   workers = 64
 //   no_auth = false
 //   pool.base = 4               # warm pool of 4 sandboxes of template "base"
+//   image_dir = "/var/lib/airlock/images"   # OCI image archives templates may start from
+//   debian_mirror = "http://deb.debian.org/debian"   # for "debian:<suite>" bases
 //
 // Strings are double-quoted (\" and \\ escapes), booleans true / false, numbers decimal.
 // Unknown keys, repeated keys and malformed lines are errors naming the line.
@@ -34,6 +36,10 @@ struct Config {
   // On SIGTERM: keep the sandboxes running for the next start to adopt, or destroy them.
   OnShutdown on_shutdown = OnShutdown::kKeep;
   int workers = 64;  // threads for blocking calls (creates, execs, files)
+  // Template bases: OCI image archives are read from below image_dir only ("": <state_dir>/
+  // images); Debian suites are made with mmdebstrap from debian_mirror.
+  std::string image_dir;
+  std::string debian_mirror = "http://deb.debian.org/debian";
   // Warm pool size per template ("pool.<template> = N", 0..api::kMaxPoolSize). A size set through
   // PUT /v1/pools/{template} is kept in the store and wins over this one.
   std::map<std::string, int> pools;

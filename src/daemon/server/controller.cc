@@ -360,7 +360,7 @@ Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest&
 
   runtime::SandboxSpec spec;
   spec.id = id;
-  spec.template_name = std::string(api::kDefaultTemplate);  // the engine's root; layers on it
+  spec.template_name = origin.root;  // the engine's root; the layers stack on it
   spec.limits = request.limits;
   spec.env = record.env;
   spec.layers = origin.layers;
@@ -394,6 +394,7 @@ Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest&
     r.init_pid = info.init_pid;
     r.resources = info.resources;
     if (!origin.workdir.empty()) r.resources[kWorkdir] = origin.workdir;
+    if (origin.root != runtime::kBaseRoot) r.resources[kRoot] = origin.root;
   });
   if (!running) return destroy_and_fail(std::move(running.error()));
   spdlog::info("created {}{} (agent pid {} on the host)", id, pooled ? " for the pool" : "",

@@ -79,12 +79,24 @@ inline constexpr const char* kEnvPerCommand = "env_per_command";
 inline constexpr const char* kWorkdir = "workdir";
 // The metadata key that marks a template's build sandbox (its value: the template's name).
 inline constexpr const char* kBuildMetadataKey = "airlock.build";
+// The key in a record's resources that names the engine root under its layers when it is not
+// runtime::kBaseRoot (a Debian or OCI image's root file system: runtime::kRootfsRoot).
+inline constexpr const char* kRoot = "root";
+
+// Where template bases that are not templates come from (airlockd.toml: image_dir,
+// debian_mirror).
+struct ImageSources {
+  std::string image_dir;  // OCI image archives are read from below it only; "": none are
+  std::string debian_mirror = "http://deb.debian.org/debian";
+};
 
 class Controller {
  public:
   // `store` and `runtime` outlive the controller.
   Controller(store::Store& store, runtime::Runtime& runtime) : store_(store), runtime_(runtime) {}
   ~Controller();
+  // Call before serving.
+  void SetImageSources(ImageSources sources) { images_ = std::move(sources); }
 
   // Call once at start, before serving. Brings every record and every engine resource into
   // agreement: running / paused sandboxes whose agent is alive are adopted (held as if created
@@ -232,6 +244,7 @@ class Controller {
   struct Origin {
     std::vector<std::string> layers;  // topmost first
     std::string workdir;
+    std::string root = runtime::kBaseRoot;  // the engine's root under the layers
   };
   // A create request with its template's settings applied (env, limits), what the sandbox is
   // made of, and what runs once it is.
@@ -331,7 +344,34 @@ class Controller {
   // Held from a snapshot until what refers to the new layer is recorded, and by CollectLayers:
   // a layer is never collected between its making and its first use. Recursive: a destroy
   // under it (undoing a fork) collects too.
+  // The base a build starts from: "base", a template, a Debian suite (made on first use) or an
+  // OCI image archive (imported). Fills the build's layers, root and inherited settings.
+  struct Base {
+    std::vector<std::string> layers;
+    std::string root = runtime::kBaseRoot;
+    std::optional<api::TemplateSettings> settings;  // what the base gives its sandboxes
+  };
+  Result<Base> PrepareBase(const std::string& base, const std::function<void(std::string)>& log);
+  // The record of "debian:<suite>", made with mmdebstrap if there is none yet (or only a failed
+  // one); a build of it that is under way is waited for.
+  Result<store::TemplateRecord> DebianBase(const std::string& name,
+                                           const std::function<void(std::string)>& log);
+  Result<Base> ImportImage(const std::string& path, const std::function<void(std::string)>& log);
+  // Holds off CollectLayers while a layer exists that no record names yet (an import).
+  class LayerPin {
+   public:
+    explicit LayerPin(Controller& c);
+    ~LayerPin();
+    LayerPin(const LayerPin&) = delete;
+    LayerPin& operator=(const LayerPin&) = delete;
+
+   private:
+    Controller& c_;
+  };
+
+  ImageSources images_;
   std::recursive_mutex layers_mu_;
+  int layer_pins_ = 0;  // LayerPins alive; guarded by layers_mu_
   std::mutex builds_mu_;
   std::vector<std::thread> builds_;        // StartBuild's threads; guarded by builds_mu_
   std::set<std::string> build_sandboxes_;  // sandboxes builds run in; guarded by builds_mu_

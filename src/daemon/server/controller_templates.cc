@@ -1,7 +1,9 @@
 // Templates, snapshots and forks (docs/design/templates.md). The Controller's other parts are
 // controller.cc and controller_pool.cc.
 
+#include <climits>
 #include <chrono>
+#include <cstdlib>
 #include <condition_variable>
 #include <deque>
 #include <nlohmann/json.hpp>
@@ -11,6 +13,8 @@
 
 #include "common/log.h"
 #include "daemon/server/controller.h"
+#include "runtime/images/debian.h"
+#include "runtime/images/oci.h"
 
 namespace airlock::daemon {
 namespace {
@@ -50,6 +54,12 @@ runtime::Limits LimitsOf(const SandboxRecord& r) {
   limits.pids_max = static_cast<uint64_t>(r.limits.pids_max);
   limits.disk_mb = static_cast<uint64_t>(r.limits.disk_mb);
   return limits;
+}
+
+// The engine root a sandbox was made on.
+std::string RootOf(const SandboxRecord& r) {
+  auto root = r.resources.find(kRoot);
+  return root == r.resources.end() ? std::string(runtime::kBaseRoot) : root->second;
 }
 
 // The built-in template, as the API shows it.
@@ -114,7 +124,7 @@ Result<Controller::Resolved> Controller::ResolveTemplate(const api::CreateSandbo
   settings->limits_given.Apply(settings->limits, limits);
   request.limits_given.Apply(request.limits, limits);
   r.request.limits = limits;
-  r.origin = {t->layers, settings->workdir};
+  r.origin = {t->layers, settings->workdir, settings->root};
   r.start_cmd = settings->start_cmd;
   r.ready_cmd = settings->ready_cmd;
   r.ready_timeout_seconds = settings->ready_timeout_seconds;
@@ -164,31 +174,32 @@ Result<runtime::LayerSnapshot> Controller::SnapshotLayer(const std::string& id) 
 Result<TemplateRecord> Controller::BuildTemplate(const api::CreateTemplateRequest& request,
                                                  const std::function<void(std::string)>& log) {
   api::TemplateSettings settings = api::TemplateSettings::From(request);
-  std::vector<std::string> base_layers;
-  if (request.base != api::kDefaultTemplate) {
-    if (auto st = CheckTemplate(request.base); !st) return std::unexpected(st.error());
-    auto base = store_.GetTemplate(request.base);
-    if (!base) return std::unexpected(base.error());
-    base_layers = base->layers;
-    if (base_layers.size() >= kMaxLayers) {
-      return Fail(ErrorCode::kFailedPrecondition,
-                  "template '" + request.base + "' already stacks " +
-                      std::to_string(base_layers.size()) + " layers, the most there can be");
-    }
+  // An imported image's layer is named by no record until the build sandbox's is.
+  std::optional<LayerPin> pin;
+  if (request.base.starts_with('/')) pin.emplace(*this);
+  auto base = PrepareBase(request.base, log);
+  if (!base) return std::unexpected(base.error().Wrap("preparing the base " + request.base));
+  const std::vector<std::string>& base_layers = base->layers;
+  if (base_layers.size() >= kMaxLayers) {
+    return Fail(ErrorCode::kFailedPrecondition,
+                "template '" + request.base + "' already stacks " +
+                    std::to_string(base_layers.size()) + " layers, the most there can be");
+  }
+  settings.root = base->root;
+  if (base->settings) {
     // What the base gives its sandboxes, the new template gives too, unless it says otherwise.
-    auto inherited = api::TemplateSettings::FromJson(base->spec);
-    if (!inherited) return std::unexpected(inherited.error());
-    for (const auto& [key, value] : inherited->env) settings.env.try_emplace(key, value);
-    if (settings.workdir.empty()) settings.workdir = inherited->workdir;
+    const api::TemplateSettings& inherited = *base->settings;
+    for (const auto& [key, value] : inherited.env) settings.env.try_emplace(key, value);
+    if (settings.workdir.empty()) settings.workdir = inherited.workdir;
     runtime::Limits limits;
-    inherited->limits_given.Apply(inherited->limits, limits);
+    inherited.limits_given.Apply(inherited.limits, limits);
     request.limits_given.Apply(request.limits, limits);
     settings.limits = limits;
-    settings.limits_given.Add(inherited->limits_given);
-    if (settings.start_cmd.empty()) settings.start_cmd = inherited->start_cmd;
+    settings.limits_given.Add(inherited.limits_given);
+    if (settings.start_cmd.empty()) settings.start_cmd = inherited.start_cmd;
     if (settings.ready_cmd.empty()) {
-      settings.ready_cmd = inherited->ready_cmd;
-      settings.ready_timeout_seconds = inherited->ready_timeout_seconds;
+      settings.ready_cmd = inherited.ready_cmd;
+      settings.ready_timeout_seconds = inherited.ready_timeout_seconds;
     }
   }
   TemplateRecord record;
@@ -218,7 +229,8 @@ Result<TemplateRecord> Controller::BuildTemplate(const api::CreateTemplateReques
 
   // The build sandbox: the base's root and settings, the template's env, workdir and limits.
   api::CreateSandboxRequest sandbox_request;
-  sandbox_request.template_name = request.base;
+  sandbox_request.template_name =
+      request.base.starts_with('/') ? std::string(api::kDefaultTemplate) : request.base;
   sandbox_request.ttl_seconds = kBuildTtlSeconds;
   sandbox_request.env = settings.env;
   settings.limits_given.Apply(settings.limits, sandbox_request.limits);
@@ -227,7 +239,7 @@ Result<TemplateRecord> Controller::BuildTemplate(const api::CreateTemplateReques
     std::lock_guard lock(builds_mu_);
     if (builds_stop_) return fail(Error(ErrorCode::kUnavailable, "airlockd is shutting down"));
   }
-  const Origin origin{base_layers, ""};
+  const Origin origin{base_layers, "", base->root};
   auto sandbox = CreateSandbox(sandbox_request, /*pooled=*/false, &origin);
   if (!sandbox) return fail(sandbox.error().Wrap("creating the build sandbox"));
   build_id = sandbox->id;
@@ -410,6 +422,146 @@ void Controller::JoinBuilds() {
   for (std::thread& t : threads) t.join();
 }
 
+Result<Controller::Base> Controller::PrepareBase(const std::string& name,
+                                                 const std::function<void(std::string)>& log) {
+  if (name == api::kDefaultTemplate) return Base{};
+  if (name.starts_with('/')) return ImportImage(name, log);
+  Result<TemplateRecord> record;
+  if (!api::DebianSuite(name).empty()) {
+    record = DebianBase(name, log);
+  } else if (auto st = CheckTemplate(name); !st) {
+    return std::unexpected(st.error());
+  } else {
+    record = store_.GetTemplate(name);
+  }
+  if (!record) return std::unexpected(record.error());
+  auto settings = api::TemplateSettings::FromJson(record->spec);
+  if (!settings) return std::unexpected(settings.error().Wrap("template " + name));
+  Base base;
+  base.layers = record->layers;
+  base.root = settings->root;
+  base.settings = std::move(*settings);
+  return base;
+}
+
+Result<TemplateRecord> Controller::DebianBase(const std::string& name,
+                                              const std::function<void(std::string)>& log) {
+  const std::string suite(api::DebianSuite(name));
+  auto stopping = [this] {
+    std::lock_guard lock(builds_mu_);
+    return builds_stop_;
+  };
+  while (true) {
+    if (stopping()) return Fail(ErrorCode::kUnavailable, "airlockd is shutting down");
+    auto existing = store_.GetTemplate(name);
+    if (existing) {
+      if (existing->state == TemplateState::kReady) return existing;
+      if (existing->state == TemplateState::kBuilding) {  // another build is making it
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        continue;
+      }
+      // Failed before: made again.
+      if (auto st = store_.DeleteTemplate(name); !st && st.error().code() != ErrorCode::kNotFound) {
+        return std::unexpected(st.error());
+      }
+      continue;
+    }
+    if (existing.error().code() != ErrorCode::kNotFound) return existing;
+
+    TemplateRecord record;
+    record.name = name;
+    record.state = TemplateState::kBuilding;
+    record.source = "mmdebstrap --variant=minbase " + suite + " " + images_.debian_mirror;
+    api::TemplateSettings settings;
+    settings.root = runtime::kRootfsRoot;
+    record.spec = settings.ToJson({});
+    auto inserted = store_.InsertTemplate(record);
+    if (!inserted && inserted.error().code() == ErrorCode::kAlreadyExists) continue;  // a race
+    if (!inserted) return inserted;
+    record = std::move(*inserted);
+
+    spdlog::info("template {}: making it with mmdebstrap from {}", name, images_.debian_mirror);
+    log(api::RenderBaseEvent(name, "making " + name + " with mmdebstrap from " +
+                                       images_.debian_mirror,
+                             std::chrono::system_clock::now()));
+    LayerPin pin(*this);
+    images::DebianOptions options;
+    options.suite = suite;
+    options.mirror = images_.debian_mirror;
+    auto layer = runtime_.ImportLayer([&](const std::string& dir) {
+      return images::MakeDebianRoot(
+          options, dir,
+          [&](std::string_view line) {
+            log(api::RenderOutputEvent(false, std::string(line) + "\n",
+                                       std::chrono::system_clock::now()));
+          },
+          stopping);
+    });
+    if (!layer) {
+      record.state = TemplateState::kFailed;
+      record.error = layer.error().message();
+      if (auto st = store_.UpdateTemplate(record); !st) {
+        spdlog::error("template {}: {}", name, st.error().message());
+      }
+      return std::unexpected(layer.error().Wrap("making " + name));
+    }
+    record.layers = {layer->digest};
+    record.state = TemplateState::kReady;
+    spdlog::info("template {}: ready (layer {}: {} files, {} bytes)", name, layer->digest,
+                 layer->files, layer->bytes);
+    log(api::RenderBaseEvent(name, fmt::format("{} is ready: {} files, {} bytes", name,
+                                               layer->files, layer->bytes),
+                             std::chrono::system_clock::now()));
+    return store_.UpdateTemplate(record);
+  }
+}
+
+Result<Controller::Base> Controller::ImportImage(const std::string& path,
+                                                 const std::function<void(std::string)>& log) {
+  if (images_.image_dir.empty()) {
+    return Fail(ErrorCode::kPermissionDenied,
+                "this airlockd reads no image archives (image_dir is not set)");
+  }
+  // Only archives below image_dir: a caller must not make the daemon read any file it can.
+  char resolved[PATH_MAX], dir[PATH_MAX];
+  if (::realpath(path.c_str(), resolved) == nullptr) {
+    return FailErrno("image archive " + path, errno);
+  }
+  if (::realpath(images_.image_dir.c_str(), dir) == nullptr ||
+      !std::string_view(resolved).starts_with(std::string(dir) + "/")) {
+    return Fail(ErrorCode::kPermissionDenied, "image archives are read from " +
+                                                  images_.image_dir + " only, not from " + path);
+  }
+  log(api::RenderBaseEvent(path, "importing the image archive " + path,
+                           std::chrono::system_clock::now()));
+  images::ImageConfig config;
+  auto layer = runtime_.ImportLayer([&](const std::string& root) -> Status {
+    auto unpacked = images::UnpackImage(resolved, root);
+    if (!unpacked) return std::unexpected(unpacked.error());
+    config = std::move(*unpacked);
+    return {};
+  });
+  if (!layer) return std::unexpected(layer.error().Wrap("importing " + path));
+  spdlog::info("imported image {} ({}) as layer {}: {} files, {} bytes", path, config.digest,
+               layer->digest, layer->files, layer->bytes);
+  log(api::RenderBaseEvent(path, fmt::format("imported {}: {} files, {} bytes", config.digest,
+                                             layer->files, layer->bytes),
+                           std::chrono::system_clock::now()));
+  Base base;
+  base.layers = {layer->digest};
+  base.root = runtime::kRootfsRoot;
+  // What the image's config gives its containers and a sandbox can use: env and workdir (not
+  // User: commands run as the sandbox's users). Names our API would refuse are left out.
+  api::TemplateSettings settings;
+  settings.env = api::EnvFromImage(config.env);
+  if (config.workdir.starts_with('/') && config.workdir.size() <= api::kMaxPathBytes &&
+      config.workdir.find('\0') == std::string::npos) {
+    settings.workdir = config.workdir;
+  }
+  base.settings = std::move(settings);
+  return base;
+}
+
 Result<TemplateRecord> Controller::GetTemplate(const std::string& name) {
   if (name == api::kDefaultTemplate) return BaseTemplate();
   return store_.GetTemplate(name);
@@ -464,6 +616,7 @@ Result<TemplateRecord> Controller::Snapshot(const std::string& id,
     }
   }
   settings.base = source->template_name;
+  settings.root = RootOf(*source);
   TemplateRecord record;
   record.name = request.name;
   record.source = "snapshot of " + id;
@@ -508,6 +661,7 @@ Result<Controller::Forked> Controller::Fork(const std::string& id,
   origin.layers = {layer->digest};
   origin.layers.insert(origin.layers.end(), source->layers.begin(), source->layers.end());
   if (workdir != source->resources.end()) origin.workdir = workdir->second;
+  origin.root = RootOf(*source);
   Forked forked;
   forked.layer = layer->digest;
   for (int64_t i = 0; i < request.count; ++i) {
@@ -523,8 +677,19 @@ Result<Controller::Forked> Controller::Fork(const std::string& id,
   return forked;
 }
 
+Controller::LayerPin::LayerPin(Controller& c) : c_(c) {
+  std::lock_guard<std::recursive_mutex> lock(c_.layers_mu_);
+  ++c_.layer_pins_;
+}
+
+Controller::LayerPin::~LayerPin() {
+  std::lock_guard<std::recursive_mutex> lock(c_.layers_mu_);
+  --c_.layer_pins_;
+}
+
 Result<int> Controller::CollectLayers() {
   std::lock_guard<std::recursive_mutex> layers_lock(layers_mu_);
+  if (layer_pins_ > 0) return 0;  // the next collection removes what this one leaves
   auto used = store_.LayersInUse();
   if (!used) return std::unexpected(used.error());
   auto stored = runtime_.ListLayers();

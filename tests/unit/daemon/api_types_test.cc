@@ -354,6 +354,51 @@ TEST(CreateSandboxRequestTest, IntegralCpusAndExactMaximaAreAccepted) {
   EXPECT_EQ(r->limits.pids_max, 65536u);
 }
 
+TEST(TemplateBaseTest, DebianSuitesImagePathsAndTemplatesAreBases) {
+  EXPECT_EQ(DebianSuite("debian:bookworm"), "bookworm");
+  EXPECT_EQ(DebianSuite("debian:trixie-backports"), "trixie-backports");
+  for (const char* bad : {"debian:", "debian:Bookworm", "debian:1x", "debian:a/b", "ubuntu:noble",
+                          "debian"}) {
+    EXPECT_EQ(DebianSuite(bad), "") << bad;
+  }
+  EXPECT_TRUE(CheckTemplateName("debian:bookworm"));
+  EXPECT_TRUE(CheckTemplateName("app"));
+  EXPECT_FALSE(CheckTemplateName("debian:"));
+  for (const char* base : {"base", "app", "debian:bookworm", "/srv/images/python.tar"}) {
+    auto req = CreateTemplateRequest::FromJson(json{{"name", "t"}, {"base", base}}.dump());
+    ASSERT_TRUE(req) << base << ": " << req.error().message();
+    EXPECT_EQ(req->base, base);
+  }
+  for (const char* base : {"images/python.tar", "debian:", "Bad", ""}) {
+    auto req = CreateTemplateRequest::FromJson(json{{"name", "t"}, {"base", base}}.dump());
+    ASSERT_FALSE(req) << base;
+    EXPECT_EQ(req.error().code(), ErrorCode::kInvalidArgument);
+  }
+  // A template's own name is never a Debian suite's.
+  EXPECT_FALSE(CreateTemplateRequest::FromJson(R"({"name": "debian:sid"})"));
+}
+
+TEST(TemplateBaseTest, AnImagesEnvKeepsOnlyWhatARequestCouldHold) {
+  EnvMap env = EnvFromImage({"PATH=/usr/local/bin:/usr/bin", "LANG=C.UTF-8", "EMPTY=", "NOEQUALS",
+                             "1BAD=x", "has-dash=x", "A=b=c"});
+  EXPECT_EQ(env, (EnvMap{{"PATH", "/usr/local/bin:/usr/bin"},
+                         {"LANG", "C.UTF-8"},
+                         {"EMPTY", ""},
+                         {"A", "b=c"}}));
+}
+
+TEST(TemplateSettingsTest, TheRootRoundTripsAndAnUnknownOneIsRefused) {
+  TemplateSettings s;
+  s.root = runtime::kRootfsRoot;
+  auto back = TemplateSettings::FromJson(s.ToJson({}));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->root, runtime::kRootfsRoot);
+  auto old = TemplateSettings::FromJson(R"({"base": "base"})");  // stored before roots existed
+  ASSERT_TRUE(old);
+  EXPECT_EQ(old->root, runtime::kBaseRoot);
+  EXPECT_FALSE(TemplateSettings::FromJson(R"({"root": "host"})"));
+}
+
 TEST(PatchSandboxRequestTest, MetadataIsAMergePatch) {
   auto r = PatchSandboxRequest::FromJson(R"({"metadata": {"add": "1", "drop": null}})");
   ASSERT_TRUE(r.has_value()) << r.error().message();
