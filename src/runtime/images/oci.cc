@@ -7,10 +7,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
+#include <string>
+#include <vector>
 
 #include "common/syscall.h"
 #include "common/unique_fd.h"

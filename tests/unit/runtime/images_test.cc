@@ -20,7 +20,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
