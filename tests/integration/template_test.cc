@@ -45,7 +45,7 @@ class TemplateTest : public DaemonTest {
 // (gzip) layer that adds /etc/os-release and whites out /bin/vi; its config sets Env and
 // WorkingDir. Made with tar, gzip and sha256sum, as an image builder would.
 bool WriteBusyboxImage(const std::string& work, const std::string& out) {
-  const std::string script = R"(set -e
+  const std::string script = R"SH(set -e
 cd "$1"
 mkdir -p l1/bin l2/etc l2/bin img/blobs/sha256
 cp /bin/busybox l1/bin/busybox
@@ -65,7 +65,7 @@ M=$(blob manifest.json)
 printf '{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:%s","size":%s}]}' "$M" "$(size manifest.json)" > img/index.json
 echo '{"imageLayoutVersion":"1.0.0"}' > img/oci-layout
 tar -C img -cf "$2" .
-)";
+)SH";
   ProcessResult made = RunProcess({"/bin/bash", "-c", script, "image", work, out}, {});
   EXPECT_TRUE(WIFEXITED(made.status) && WEXITSTATUS(made.status) == 0) << made.err;
   return WIFEXITED(made.status) && WEXITSTATUS(made.status) == 0;

@@ -371,7 +371,8 @@ class Controller {
 
   ImageSources images_;
   std::recursive_mutex layers_mu_;
-  int layer_pins_ = 0;  // LayerPins alive; guarded by layers_mu_
+  int layer_pins_ = 0;                // LayerPins alive; guarded by layers_mu_
+  bool collection_deferred_ = false;  // a CollectLayers a pin held off; guarded by layers_mu_
   std::mutex builds_mu_;
   std::vector<std::thread> builds_;        // StartBuild's threads; guarded by builds_mu_
   std::set<std::string> build_sandboxes_;  // sandboxes builds run in; guarded by builds_mu_

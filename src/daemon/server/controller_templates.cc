@@ -241,6 +241,7 @@ Result<TemplateRecord> Controller::BuildTemplate(const api::CreateTemplateReques
   }
   const Origin origin{base_layers, "", base->root};
   auto sandbox = CreateSandbox(sandbox_request, /*pooled=*/false, &origin);
+  pin.reset();  // the build sandbox's record names the base's layers now
   if (!sandbox) return fail(sandbox.error().Wrap("creating the build sandbox"));
   build_id = sandbox->id;
   // A stop that came meanwhile did not see this sandbox: the build ends here instead.
@@ -684,12 +685,13 @@ Controller::LayerPin::LayerPin(Controller& c) : c_(c) {
 
 Controller::LayerPin::~LayerPin() {
   std::lock_guard<std::recursive_mutex> lock(c_.layers_mu_);
-  --c_.layer_pins_;
+  if (--c_.layer_pins_ == 0 && c_.collection_deferred_) (void)c_.CollectLayers();
 }
 
 Result<int> Controller::CollectLayers() {
   std::lock_guard<std::recursive_mutex> layers_lock(layers_mu_);
-  if (layer_pins_ > 0) return 0;  // the next collection removes what this one leaves
+  collection_deferred_ = layer_pins_ > 0;  // done when the last pin goes
+  if (collection_deferred_) return 0;
   auto used = store_.LayersInUse();
   if (!used) return std::unexpected(used.error());
   auto stored = runtime_.ListLayers();
