@@ -4,7 +4,6 @@
 
 #include <fcntl.h>
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,6 +13,7 @@
 #include <optional>
 #include <span>
 
+#include "common/sha256.h"
 #include "common/syscall.h"
 #include "common/unique_fd.h"
 #include "daemon/store/store.h"
@@ -37,16 +37,6 @@ std::string Hex(std::span<const unsigned char> bytes) {
     out += kDigits[b & 0xf];
   }
   return out;
-}
-
-std::string Sha256Hex(std::string_view text) {
-  std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
-  unsigned int size = 0;
-  // EVP_Digest only fails on allocation failure inside OpenSSL: no way to go on from there.
-  AIRLOCK_CHECK(EVP_Digest(text.data(), text.size(), digest.data(), &size, EVP_sha256(), nullptr) ==
-                1);
-  AIRLOCK_CHECK(size == 32);
-  return Hex(std::span(digest.data(), size));
 }
 
 Result<std::string> NewKeyText() {
@@ -140,7 +130,7 @@ Result<NewKey> Store::CreateKey(std::string_view name, bool admin) {
   auto key = NewKeyText();
   if (!key) return std::unexpected(std::move(key.error()));
   std::lock_guard lock(mu_);
-  auto info = InsertKeyLocked(name, Sha256Hex(*key), admin);
+  auto info = InsertKeyLocked(name, Sha256::Of(*key), admin);
   if (!info) return std::unexpected(std::move(info.error()));
   return NewKey{std::move(*info), std::move(*key)};
 }
@@ -151,7 +141,7 @@ Result<KeyInfo> Store::Authenticate(std::string_view presented) {
   };
   // Refusing a malformed key early reveals only that it was malformed, which the caller knows.
   if (!LooksLikeKey(presented)) return unauthenticated();
-  std::string hash = Sha256Hex(presented);
+  std::string hash = Sha256::Of(presented);
 
   std::lock_guard lock(mu_);
   // Compare against every stored hash without stopping at a match, each in constant time,
@@ -244,7 +234,7 @@ Result<AdminKeyState> Store::EnsureAdminKey(const std::string& state_dir) {
                       "file to have a new admin key created");
     }
     if (::fchmod(fd->get(), 0600) != 0) return FailErrno("chmod " + path, errno);
-    auto info = InsertKeyLocked("admin", Sha256Hex(text), /*admin=*/true);
+    auto info = InsertKeyLocked("admin", Sha256::Of(text), /*admin=*/true);
     if (!info) return std::unexpected(std::move(info.error()));
     return AdminKeyState::kAdopted;
   }
@@ -255,7 +245,7 @@ Result<AdminKeyState> Store::EnsureAdminKey(const std::string& state_dir) {
   if (!key) return std::unexpected(std::move(key.error()));
   auto written = WriteNewPrivateFile(state_dir, path, *key + "\n");
   if (!written) return std::unexpected(std::move(written.error()).Wrap("writing admin key"));
-  auto info = InsertKeyLocked("admin", Sha256Hex(*key), /*admin=*/true);
+  auto info = InsertKeyLocked("admin", Sha256::Of(*key), /*admin=*/true);
   if (!info) return std::unexpected(std::move(info.error()));
   return AdminKeyState::kCreated;
 }

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/syscall.h"
-#include "runtime/images/sha256.h"
+#include "common/sha256.h"
 
 namespace airlock::images {
 namespace {

@@ -19,7 +19,7 @@
 #include "common/syscall.h"
 #include "common/unique_fd.h"
 #include "runtime/images/layer_tar.h"
-#include "runtime/images/sha256.h"
+#include "common/sha256.h"
 
 namespace airlock::images {
 namespace {

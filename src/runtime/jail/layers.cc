@@ -2,7 +2,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -15,6 +14,7 @@
 #include <map>
 #include <memory>
 
+#include "common/sha256.h"
 #include "common/syscall.h"
 
 namespace airlock::jail {
@@ -26,31 +26,6 @@ constexpr uint32_t kIdRange = 65536;
 constexpr std::string_view kTmpPrefix = ".tmp-";
 // The deepest directory nesting a layer may hold.
 constexpr size_t kMaxDepth = 256;
-
-struct DigestCtxFree {
-  void operator()(EVP_MD_CTX* ctx) const { EVP_MD_CTX_free(ctx); }
-};
-
-class Sha256 {
- public:
-  Sha256() : ctx_(EVP_MD_CTX_new()) { EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr); }
-  void Update(std::string_view data) { EVP_DigestUpdate(ctx_.get(), data.data(), data.size()); }
-  std::string HexDigest() {
-    unsigned char out[EVP_MAX_MD_SIZE];
-    unsigned int n = 0;
-    EVP_DigestFinal_ex(ctx_.get(), out, &n);
-    static constexpr char kHex[] = "0123456789abcdef";
-    std::string hex;
-    for (unsigned int i = 0; i < n; ++i) {
-      hex += kHex[out[i] >> 4];
-      hex += kHex[out[i] & 15];
-    }
-    return hex;
-  }
-
- private:
-  std::unique_ptr<EVP_MD_CTX, DigestCtxFree> ctx_;
-};
 
 // The extended attributes a layer keeps: the user's own (user.*), and of overlayfs's markers
 // only those that mean something in a lower layer (opaque directories, whiteouts). The rest
@@ -173,7 +148,7 @@ class Copier {
     for (const auto& [name, value] : xattrs) {
       Sha256 h;
       h.Update(value);
-      text += " " + name + "=" + h.HexDigest();
+      text += " " + name + "=" + h.Hex();
     }
     return text;
   }
@@ -238,7 +213,7 @@ class Copier {
         }
         bytes_ += size;
         return FinishMetadata(from.get(), to.get(), st, rel, 'f',
-                              " " + std::to_string(size) + " " + content.HexDigest());
+                              " " + std::to_string(size) + " " + content.Hex());
       }
       case S_IFLNK: {
         std::string target(PATH_MAX, '\0');
@@ -349,7 +324,7 @@ Result<LayerImport> LayerStore::Import(int src, uid_t id_base) const {
   }
   Sha256 manifest;
   manifest.Update(copier.Manifest());
-  LayerImport result{manifest.HexDigest(), copier.files(), copier.bytes(), false};
+  LayerImport result{manifest.Hex(), copier.files(), copier.bytes(), false};
   // Content addressed: the same tree is the same layer, and the first copy stays.
   if (::rename(tmp.c_str(), Path(result.digest).c_str()) < 0) {
     int err = errno;

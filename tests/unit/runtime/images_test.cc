@@ -11,7 +11,6 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <locale.h>
-#include <openssl/evp.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -26,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "common/sha256.h"
 #include "common/syscall.h"
 #include "common/unique_fd.h"
 #include "runtime/images/oci.h"
@@ -46,19 +46,6 @@ constexpr time_t kMtime = 1'600'000'000;
 
 // ---------------------------------------------------------------------------------------------
 // Building archives
-
-std::string Sha256Hex(std::string_view data) {
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  EVP_Digest(data.data(), data.size(), out, &n, EVP_sha256(), nullptr);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string hex;
-  for (unsigned int i = 0; i < n; ++i) {
-    hex += kHex[out[i] >> 4];
-    hex += kHex[out[i] & 15];
-  }
-  return hex;
-}
 
 // One tar entry. type: 'f' file, 'd' directory, 'l' symlink (link = target), 'h' hard link
 // (link = the path it links to), 'c' character device, 'p' fifo.
@@ -175,7 +162,7 @@ std::string Compress(const std::string& data, Compression compression) {
 
 json Descriptor(const std::string& media_type, const std::string& blob) {
   return {
-      {"mediaType", media_type}, {"digest", "sha256:" + Sha256Hex(blob)}, {"size", blob.size()}};
+      {"mediaType", media_type}, {"digest", "sha256:" + Sha256::Of(blob)}, {"size", blob.size()}};
 }
 
 // An OCI image layout: blobs added one by one, then the outer tar. Tests change `members`
@@ -186,7 +173,7 @@ class OciBuilder {
   // the config.
   json Layer(const std::vector<Entry>& entries, Compression compression = Compression::kNone) {
     const std::string tar = Tar(entries);
-    diff_ids_.push_back("sha256:" + Sha256Hex(tar));
+    diff_ids_.push_back("sha256:" + Sha256::Of(tar));
     const char* type = compression == Compression::kGzip   ? kLayerGzip
                        : compression == Compression::kZstd ? kLayerZstd
                                                            : kLayerTar;
@@ -194,7 +181,7 @@ class OciBuilder {
   }
 
   json Blob(const std::string& data, const std::string& media_type) {
-    members["blobs/sha256/" + Sha256Hex(data)] = data;
+    members["blobs/sha256/" + Sha256::Of(data)] = data;
     return Descriptor(media_type, data);
   }
 
@@ -253,7 +240,7 @@ struct DockerSave {
     json diff_ids = json::array(), paths = json::array();
     for (size_t i = 0; i < layers.size(); ++i) {
       const std::string tar = Tar(layers[i]);
-      diff_ids.push_back("sha256:" + Sha256Hex(tar));
+      diff_ids.push_back("sha256:" + Sha256::Of(tar));
       const std::string dir = "layer" + std::to_string(i);
       const std::string path = i < layer_paths.size() ? layer_paths[i] : dir + "/layer.tar";
       paths.push_back(path);
@@ -266,7 +253,7 @@ struct DockerSave {
              {"config", {{"Env", {"HOME=/root"}}, {"WorkingDir", "/srv"}, {"User", "nobody"}}},
              {"rootfs", {{"type", "layers"}, {"diff_ids", diff_ids}}}}
             .dump();
-    config_hex = Sha256Hex(config);
+    config_hex = Sha256::Of(config);
     members.push_back(File(config_hex + ".json", config));
     members.push_back(File("manifest.json", json::array({{{"Config", config_hex + ".json"},
                                                           {"RepoTags", {"example:latest"}},
@@ -482,7 +469,7 @@ TEST_F(ImagesTest, EmptyLayerFile) {
   json config = oci.Config();  // diff ids: layer's only; the empty one goes first
   json config_json = {
       {"config", json::object()},
-      {"rootfs", {{"type", "layers"}, {"diff_ids", {"sha256:" + Sha256Hex(""), layer["digest"]}}}}};
+      {"rootfs", {{"type", "layers"}, {"diff_ids", {"sha256:" + Sha256::Of(""), layer["digest"]}}}}};
   config = oci.Blob(config_json.dump(), kConfigType);
   auto result = Unpack(oci.Archive({oci.Manifest(config, {empty, layer})}));
   ASSERT_TRUE(result.has_value()) << result.error().message();

@@ -1,5 +1,6 @@
 #pragma once
-// SHA-256 as lowercase hex, for the digests that name blobs and layers.
+// SHA-256 as lowercase hex, for the digests that name layers, image blobs and API keys.
+// Header-only: whoever includes it links OpenSSL::Crypto (libssl-dev).
 
 #include <openssl/evp.h>
 
@@ -9,7 +10,7 @@
 
 #include "common/error.h"
 
-namespace airlock::images {
+namespace airlock {
 
 class Sha256 {
  public:
@@ -18,6 +19,12 @@ class Sha256 {
   }
   void Update(const void* data, size_t size) { EVP_DigestUpdate(ctx_.get(), data, size); }
   void Update(std::string_view data) { Update(data.data(), data.size()); }
+  // The digest of `data` alone.
+  static std::string Of(std::string_view data) {
+    Sha256 h;
+    h.Update(data);
+    return h.Hex();
+  }
   // The digest of everything given so far; the hash is finished after this.
   std::string Hex() {
     unsigned char out[EVP_MAX_MD_SIZE];
@@ -39,4 +46,4 @@ class Sha256 {
   std::unique_ptr<EVP_MD_CTX, Free> ctx_;
 };
 
-}  // namespace airlock::images
+}  // namespace airlock
