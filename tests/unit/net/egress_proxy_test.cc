@@ -291,6 +291,15 @@ class EgressProxyTest : public testing::Test {
 
 std::string Port(const Origin& o) { return std::to_string(o.port); }
 
+// The origin counts a connection when its accept completes, which may be just after the proxy
+// has answered the client: wait (up to 5 s) for a count that should be reached.
+int WaitConnections(const Origin& o, int want) {
+  for (int i = 0; i < 500 && o.connections.load() < want; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return o.connections.load();
+}
+
 // --- CONNECT ---
 
 TEST_F(EgressProxyTest, ConnectAllowedSplicesBothWays) {
@@ -304,7 +313,7 @@ TEST_F(EgressProxyTest, ConnectAllowedSplicesBothWays) {
   EXPECT_EQ(ReadN(s, 100000).size(), 100000u);
   shutdown(s.fd, SHUT_WR);
   EXPECT_EQ(ReadAll(s), "");  // the origin's EOF comes back through the tunnel
-  EXPECT_EQ(echo_->connections.load(), 1);
+  EXPECT_EQ(WaitConnections(*echo_, 1), 1);
 
   auto verdict = WaitEvent([](const EgressEvent& e) {
     return e.phase == EgressEvent::Phase::kVerdict && e.name == "a.test";
@@ -341,7 +350,7 @@ TEST_F(EgressProxyTest, ConnectDeniedAnswers403WithTheReason) {
   std::string ok;
   Fd s2 = Connect("A.Test.:" + Port(*echo_), &ok);
   EXPECT_TRUE(ok.starts_with("HTTP/1.1 200")) << ok;
-  EXPECT_EQ(echo_->connections.load(), 1);
+  EXPECT_EQ(WaitConnections(*echo_, 1), 1);
 }
 
 TEST_F(EgressProxyTest, ConnectToIpLiteralsDenied) {
@@ -374,7 +383,7 @@ TEST_F(EgressProxyTest, ConnectToAllowedNameOnAnotherPortDenied) {
   EXPECT_EQ(echo2_->connections.load(), 0);
   Fd s2 = Connect("pinned.test:" + Port(*echo_), &reply);
   EXPECT_TRUE(reply.starts_with("HTTP/1.1 200")) << reply;
-  EXPECT_EQ(echo_->connections.load(), 1);
+  EXPECT_EQ(WaitConnections(*echo_, 1), 1);
 }
 
 TEST_F(EgressProxyTest, DnsRebindingToMetadataDenied) {
@@ -490,7 +499,7 @@ TEST_F(EgressProxyTest, TransparentHttpByHost) {
   Fd h = DialTransparent(web_->port);
   SendAll(h, "GET /x HTTP/1.1\r\nHost: web.test\r\nHost: evil.test\r\n\r\n");
   EXPECT_TRUE(ReadAll(h).starts_with("HTTP/1.1 400"));
-  EXPECT_EQ(web_->connections.load(), 1);
+  EXPECT_EQ(WaitConnections(*web_, 1), 1);
 }
 
 TEST_F(EgressProxyTest, TransparentTlsBySni) {
@@ -586,7 +595,7 @@ TEST_F(EgressProxyTest, PerClientConnectionLimit) {
   std::string reply;
   Fd over = Connect("a.test:" + Port(*echo_), &reply);
   EXPECT_EQ(reply, "");
-  EXPECT_EQ(echo_->connections.load(), 3);
+  EXPECT_EQ(WaitConnections(*echo_, 3), 3);
 }
 
 TEST_F(EgressProxyTest, ModeNoneDeniesEverything) {
@@ -644,7 +653,7 @@ TEST_F(EgressProxyTest, TwoHundredConcurrentTunnels) {
     std::string want = "msg" + std::to_string(i) + ";";
     EXPECT_EQ(ReadN(tunnels[i], want.size()), want);
   }
-  EXPECT_EQ(echo_->connections.load(), 200);
+  EXPECT_EQ(WaitConnections(*echo_, 200), 200);
 }
 
 // --- The ClientHello parser on its own ---
