@@ -42,23 +42,26 @@ class FakeAuthority {
   std::atomic<bool> servfail{false};
 
   FakeAuthority() {
-    udp_ = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    if (udp_ < 0 || bind(udp_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) abort();
-    socklen_t len = sizeof(addr);
-    getsockname(udp_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
-    tcp_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int one = 1;
-    setsockopt(tcp_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    // The same port number on TCP; if taken (rare), TCP fallback tests will fail loudly.
-    if (tcp_ < 0 || bind(tcp_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-        listen(tcp_, 16) != 0) {
-      close(tcp_);
-      tcp_ = -1;
+    // UDP on a port the kernel picks, then TCP on the same number; another process may hold that
+    // number on TCP, so try a few ports before giving up on TCP (the TCP test then skips).
+    for (int attempt = 0; attempt < 20 && tcp_ < 0; ++attempt) {
+      if (udp_ >= 0) close(udp_);
+      udp_ = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      if (udp_ < 0 || bind(udp_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) abort();
+      socklen_t len = sizeof(addr);
+      getsockname(udp_, reinterpret_cast<sockaddr*>(&addr), &len);
+      port_ = ntohs(addr.sin_port);
+      int tcp = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      int one = 1;
+      setsockopt(tcp, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+      if (bind(tcp, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 && listen(tcp, 16) == 0) {
+        tcp_ = tcp;
+      } else {
+        close(tcp);
+      }
     }
     thread_ = std::thread([this] { Serve(); });
   }
