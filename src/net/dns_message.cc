@@ -203,12 +203,18 @@ void PutHeader(std::vector<uint8_t>& out, uint16_t id, uint16_t flags, uint16_t 
 
 const char* RcodeName(Rcode rcode) {
   switch (rcode) {
-    case Rcode::kNoError: return "NOERROR";
-    case Rcode::kFormErr: return "FORMERR";
-    case Rcode::kServFail: return "SERVFAIL";
-    case Rcode::kNxDomain: return "NXDOMAIN";
-    case Rcode::kNotImp: return "NOTIMP";
-    case Rcode::kRefused: return "REFUSED";
+    case Rcode::kNoError:
+      return "NOERROR";
+    case Rcode::kFormErr:
+      return "FORMERR";
+    case Rcode::kServFail:
+      return "SERVFAIL";
+    case Rcode::kNxDomain:
+      return "NXDOMAIN";
+    case Rcode::kNotImp:
+      return "NOTIMP";
+    case Rcode::kRefused:
+      return "REFUSED";
   }
   return "RCODE?";
 }
@@ -222,7 +228,8 @@ Result<Query> ParseQuery(std::span<const uint8_t> packet) {
   if (header->ancount != 0 || header->nscount != 0) {
     return std::unexpected(Malformed("query with answer or authority records"));
   }
-  if (header->arcount > 1) return std::unexpected(Malformed("query with several additional records"));
+  if (header->arcount > 1)
+    return std::unexpected(Malformed("query with several additional records"));
   Query q;
   q.id = header->id;
   q.opcode = static_cast<uint8_t>((header->flags >> 11) & 0xF);

@@ -30,9 +30,9 @@ inline constexpr uint16_t kClassIn = 1;
 inline constexpr size_t kHeaderSize = 12;
 inline constexpr size_t kMaxLabelLength = 63;
 inline constexpr size_t kMaxNameWireLength = 255;  // RFC 1035 2.3.4, counting length bytes
-inline constexpr int kMaxPointerHops = 16;        // more is never needed, only hostile
-inline constexpr size_t kMaxUdpPayload = 512;     // what a client without EDNS accepts
-inline constexpr int kMaxResponseRecords = 64;    // per section, in an upstream's answer
+inline constexpr int kMaxPointerHops = 16;         // more is never needed, only hostile
+inline constexpr size_t kMaxUdpPayload = 512;      // what a client without EDNS accepts
+inline constexpr int kMaxResponseRecords = 64;     // per section, in an upstream's answer
 inline constexpr int kMaxCnameHops = 8;
 
 enum class Rcode : uint8_t {
@@ -93,7 +93,7 @@ std::vector<uint8_t> BuildQuery(uint16_t id, const std::vector<std::string>& lab
 
 struct UpstreamAnswer {
   Rcode rcode = Rcode::kNoError;
-  bool truncated = false;                         // TC: retry over TCP
+  bool truncated = false;                           // TC: retry over TCP
   std::vector<boost::asio::ip::address> addresses;  // of the asked type, at the end of the chain
   uint32_t ttl = 0;  // smallest TTL on the chain (CNAMEs and addresses); 0 when no addresses
 };

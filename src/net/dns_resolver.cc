@@ -43,9 +43,9 @@ std::string Describe(const udp::endpoint& ep) {
 // closed) see a stale number and do nothing.
 class ResolveOp : public std::enable_shared_from_this<ResolveOp> {
  public:
-  ResolveOp(const asio::any_io_executor& executor, std::vector<std::string> labels,
-            uint16_t qtype, std::vector<udp::endpoint> upstream,
-            std::chrono::milliseconds timeout, ResolveHandler done)
+  ResolveOp(const asio::any_io_executor& executor, std::vector<std::string> labels, uint16_t qtype,
+            std::vector<udp::endpoint> upstream, std::chrono::milliseconds timeout,
+            ResolveHandler done)
       : home_(executor),
         strand_(asio::make_strand(executor)),
         labels_(std::move(labels)),
@@ -65,8 +65,8 @@ class ResolveOp : public std::enable_shared_from_this<ResolveOp> {
   void TryNext() {
     CloseSockets();
     if (next_ >= upstream_.size()) {
-      Finish(std::unexpected(last_error_.value_or(
-          Error(ErrorCode::kUnavailable, "no upstream DNS server answered"))));
+      Finish(std::unexpected(
+          last_error_.value_or(Error(ErrorCode::kUnavailable, "no upstream DNS server answered"))));
       return;
     }
     auto now = Clock::now();
@@ -86,8 +86,8 @@ class ResolveOp : public std::enable_shared_from_this<ResolveOp> {
     udp_.open(endpoint_.protocol(), ec);
     if (!ec) udp_.connect(endpoint_, ec);  // local only: fixes the peer and the source port
     if (ec) {
-      last_error_ = Error(ErrorCode::kUnavailable,
-                          "DNS to " + Describe(endpoint_) + ": " + ec.message());
+      last_error_ =
+          Error(ErrorCode::kUnavailable, "DNS to " + Describe(endpoint_) + ": " + ec.message());
       TryNext();
       return;
     }
@@ -98,14 +98,13 @@ class ResolveOp : public std::enable_shared_from_this<ResolveOp> {
                                 "no DNS answer from " + Describe(self->endpoint_) + " in time");
       self->TryNext();
     });
-    udp_.async_send(asio::buffer(*query_),
-                    [self = shared_from_this(), attempt = attempt_, query = query_](
-                        error_code send_ec, size_t) {
-                      if (attempt != self->attempt_ || self->finished_) return;
-                      // Aborted: the UDP socket was closed for the TCP retry.
-                      if (send_ec && send_ec != asio::error::operation_aborted)
-                        self->AttemptFailed("sending: " + send_ec.message());
-                    });
+    udp_.async_send(asio::buffer(*query_), [self = shared_from_this(), attempt = attempt_,
+                                            query = query_](error_code send_ec, size_t) {
+      if (attempt != self->attempt_ || self->finished_) return;
+      // Aborted: the UDP socket was closed for the TCP retry.
+      if (send_ec && send_ec != asio::error::operation_aborted)
+        self->AttemptFailed("sending: " + send_ec.message());
+    });
     Receive();
   }
 
@@ -168,7 +167,8 @@ class ResolveOp : public std::enable_shared_from_this<ResolveOp> {
       asio::async_write(self->tcp_, asio::buffer(*framed),
                         [self, attempt, framed](error_code write_ec, size_t) {
                           if (attempt != self->attempt_ || self->finished_) return;
-                          if (write_ec) return self->AttemptFailed("TCP write: " + write_ec.message());
+                          if (write_ec)
+                            return self->AttemptFailed("TCP write: " + write_ec.message());
                           self->ReadTcpLength(attempt);
                         });
     });
@@ -191,8 +191,8 @@ class ResolveOp : public std::enable_shared_from_this<ResolveOp> {
                      [self = shared_from_this(), attempt](error_code ec, size_t) {
                        if (attempt != self->attempt_ || self->finished_) return;
                        if (ec) return self->AttemptFailed("TCP read: " + ec.message());
-                       auto answer = ParseResponse(self->tcp_buffer_, self->id_, self->labels_,
-                                                   self->qtype_);
+                       auto answer =
+                           ParseResponse(self->tcp_buffer_, self->id_, self->labels_, self->qtype_);
                        if (!answer) return self->AttemptFailed(answer.error().message());
                        if (answer->truncated) return self->AttemptFailed("truncated over TCP");
                        self->Accept(*answer);
@@ -255,8 +255,8 @@ void AsyncResolve(const asio::any_io_executor& executor, std::string name, uint1
   } else if (labels->empty()) {
     bad = Error(ErrorCode::kInvalidArgument, "resolving the root name");
   } else if (qtype != kTypeA && qtype != kTypeAaaa) {
-    bad = Error(ErrorCode::kInvalidArgument, "resolving type " + std::to_string(qtype) +
-                                                 ": only A and AAAA");
+    bad = Error(ErrorCode::kInvalidArgument,
+                "resolving type " + std::to_string(qtype) + ": only A and AAAA");
   } else if (upstream.empty()) {
     bad = Error(ErrorCode::kInvalidArgument, "resolving " + name + ": no upstream DNS server");
   }

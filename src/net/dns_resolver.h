@@ -41,9 +41,8 @@ void AsyncResolve(const boost::asio::any_io_executor& executor, std::string name
 // The same, blocking: runs a private io_context on the calling thread until the answer or the
 // deadline. For callers that are not on an io_context (tools, tests); never call it from a
 // handler, where it would stall every other handler of that thread.
-[[nodiscard]] Result<ResolveResult> Resolve(std::string_view name, uint16_t qtype,
-                                            const std::vector<boost::asio::ip::udp::endpoint>&
-                                                upstream,
-                                            std::chrono::milliseconds timeout);
+[[nodiscard]] Result<ResolveResult> Resolve(
+    std::string_view name, uint16_t qtype,
+    const std::vector<boost::asio::ip::udp::endpoint>& upstream, std::chrono::milliseconds timeout);
 
 }  // namespace airlock::net::dns

@@ -47,12 +47,18 @@ struct Bucket {
 
 const char* DnsVerdictName(DnsVerdict verdict) {
   switch (verdict) {
-    case DnsVerdict::kAllowed: return "allowed";
-    case DnsVerdict::kDenied: return "denied";
-    case DnsVerdict::kRefused: return "refused";
-    case DnsVerdict::kRateLimited: return "rate_limited";
-    case DnsVerdict::kMalformed: return "malformed";
-    case DnsVerdict::kError: return "error";
+    case DnsVerdict::kAllowed:
+      return "allowed";
+    case DnsVerdict::kDenied:
+      return "denied";
+    case DnsVerdict::kRefused:
+      return "refused";
+    case DnsVerdict::kRateLimited:
+      return "rate_limited";
+    case DnsVerdict::kMalformed:
+      return "malformed";
+    case DnsVerdict::kError:
+      return "error";
   }
   return "unknown";
 }
@@ -106,8 +112,8 @@ struct DnsStub::Impl : std::enable_shared_from_this<DnsStub::Impl> {
   }
 
   void Answer(const udp::endpoint& client, const Query& query, const std::string& name,
-              DnsVerdict verdict, Rcode rcode, const std::vector<address>& addresses,
-              uint32_t ttl, bool cached) {
+              DnsVerdict verdict, Rcode rcode, const std::vector<address>& addresses, uint32_t ttl,
+              bool cached) {
     DnsEvent event;
     event.client = client.address();
     event.name = name;
@@ -256,7 +262,8 @@ struct DnsStub::Impl : std::enable_shared_from_this<DnsStub::Impl> {
     }
     uint32_t ttl = result->addresses.empty() ? options.negative_ttl : result->ttl;
     ttl = std::min(ttl, options.max_ttl);
-    if (ttl > 0) Store(key, CacheEntry{result->rcode, kept, Clock::now() + std::chrono::seconds(ttl)});
+    if (ttl > 0)
+      Store(key, CacheEntry{result->rcode, kept, Clock::now() + std::chrono::seconds(ttl)});
     for (const auto& w : waiters) {
       Answer(w.client, w.query, key.first, DnsVerdict::kAllowed, result->rcode, kept, ttl, false);
     }
@@ -269,9 +276,9 @@ struct DnsStub::Impl : std::enable_shared_from_this<DnsStub::Impl> {
       std::erase_if(cache, [&](const auto& kv) { return kv.second.expires <= now; });
       if (cache.size() >= options.cache_entries) {
         // Still full: drop the entry that would have expired first.
-        auto soonest = std::min_element(cache.begin(), cache.end(), [](const auto& a, const auto& b) {
-          return a.second.expires < b.second.expires;
-        });
+        auto soonest = std::min_element(
+            cache.begin(), cache.end(),
+            [](const auto& a, const auto& b) { return a.second.expires < b.second.expires; });
         cache.erase(soonest);
       }
     }

@@ -69,14 +69,14 @@ struct DnsHooks {
 struct DnsStubOptions {
   boost::asio::ip::udp::endpoint listen;  // port 0: the kernel picks (see local_endpoint())
   std::chrono::milliseconds upstream_timeout{2000};
-  uint32_t max_ttl = 30;       // seconds: answers and cache entries live at most this long
-  uint32_t negative_ttl = 5;   // seconds an upstream NXDOMAIN or NODATA is cached
-  size_t cache_entries = 4096;  // (name, type) pairs
-  double client_qps = 200;      // token bucket per client address...
-  double client_burst = 200;    // ...and its depth
-  size_t max_clients = 4096;    // rate buckets kept; a new client past this is dropped
+  uint32_t max_ttl = 30;               // seconds: answers and cache entries live at most this long
+  uint32_t negative_ttl = 5;           // seconds an upstream NXDOMAIN or NODATA is cached
+  size_t cache_entries = 4096;         // (name, type) pairs
+  double client_qps = 200;             // token bucket per client address...
+  double client_burst = 200;           // ...and its depth
+  size_t max_clients = 4096;           // rate buckets kept; a new client past this is dropped
   size_t max_upstream_inflight = 128;  // distinct (name, type) resolutions at once
-  size_t max_waiters = 64;  // clients waiting on one resolution; more get SERVFAIL
+  size_t max_waiters = 64;             // clients waiting on one resolution; more get SERVFAIL
 };
 
 class DnsStub {

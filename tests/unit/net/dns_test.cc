@@ -1,6 +1,8 @@
 // The sandbox DNS library: the codec against hand-built and hostile packets, the resolver and the
 // stub against a FakeAuthority that counts every query. Everything stays on 127.0.0.1.
 
+#include "net/dns.h"
+
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -19,7 +21,6 @@
 #include <thread>
 #include <vector>
 
-#include "net/dns.h"
 #include "unit/net/fake_authority.h"
 
 namespace airlock::net::dns {
@@ -75,7 +76,8 @@ Bytes QueryFor(uint16_t id, const std::string& name, uint16_t qtype) {
     size_t dot = name.find('.', start);
     if (dot == std::string::npos) dot = name.size();
     b.push_back(static_cast<uint8_t>(dot - start));
-    b.insert(b.end(), name.begin() + static_cast<long>(start), name.begin() + static_cast<long>(dot));
+    b.insert(b.end(), name.begin() + static_cast<long>(start),
+             name.begin() + static_cast<long>(dot));
     start = dot + 1;
   }
   b.push_back(0);
@@ -100,7 +102,7 @@ Bytes ValidResponse() {
   Put16(b, 7);  // rdlength: "edge" label (5) + pointer (2)
   b.push_back(4);
   b.insert(b.end(), {'e', 'd', 'g', 'e'});
-  Put16(b, 0xC010);  // -> "example.com" at offset 16
+  Put16(b, 0xC010);                                    // -> "example.com" at offset 16
   Put16(b, static_cast<uint16_t>(0xC000 | rdata_at));  // owner: edge.example.com
   Put16(b, kTypeA);
   Put16(b, kClassIn);
@@ -142,7 +144,7 @@ TEST(DnsCodec, HandBuiltQueryParses) {
 
 TEST(DnsCodec, QueryWithEdnsOptParses) {
   Bytes q = ValidQuery();
-  q[11] = 1;  // arcount
+  q[11] = 1;       // arcount
   q.push_back(0);  // root owner
   Put16(q, kTypeOpt);
   Put16(q, 4096);
@@ -156,9 +158,9 @@ TEST(DnsCodec, QueryWithEdnsOptParses) {
 
 TEST(DnsCodec, NormalizedNameRefusesWhatNoPolicyCanList) {
   EXPECT_EQ(NormalizedName({"_Dmarc", "X-Y", "COM"}), "_dmarc.x-y.com");
-  EXPECT_FALSE(NormalizedName({}));                      // the root
-  EXPECT_FALSE(NormalizedName({"a b", "com"}));          // space
-  EXPECT_FALSE(NormalizedName({"a.b", "com"}));          // a dot inside a label
+  EXPECT_FALSE(NormalizedName({}));              // the root
+  EXPECT_FALSE(NormalizedName({"a b", "com"}));  // space
+  EXPECT_FALSE(NormalizedName({"a.b", "com"}));  // a dot inside a label
   EXPECT_FALSE(NormalizedName({std::string("ex\0ample", 8), "com"}));
   EXPECT_FALSE(NormalizedName({"caf\xc3\xa9", "com"}));  // UTF-8
   EXPECT_FALSE(NormalizedName({"*", "example", "com"}));
@@ -207,8 +209,8 @@ TEST(DnsCodec, AaaaResponseSkipsV4) {
 }
 
 TEST(DnsCodec, ResponseStaysWithin512Bytes) {
-  auto query = ParseQuery(BuildQuery(1, Labels(std::string(60, 'x') + ".example"), kTypeAaaa))
-                   .value();
+  auto query =
+      ParseQuery(BuildQuery(1, Labels(std::string(60, 'x') + ".example"), kTypeAaaa)).value();
   std::vector<address> addrs;
   for (int i = 0; i < 100; ++i) {
     addrs.push_back(make_address("2001:db8::" + std::to_string(i + 1)));
@@ -249,10 +251,10 @@ TEST(DnsCodec, ParsesCompressedCnameChain) {
 
 TEST(DnsCodec, ResponseMatchingIsStrict) {
   Bytes r = ValidResponse();
-  EXPECT_FALSE(ParseResponse(r, 0x1235, Labels("www.example.com"), kTypeA));    // id
-  EXPECT_FALSE(ParseResponse(r, 0x1234, Labels("www.example.org"), kTypeA));    // name
+  EXPECT_FALSE(ParseResponse(r, 0x1235, Labels("www.example.com"), kTypeA));     // id
+  EXPECT_FALSE(ParseResponse(r, 0x1234, Labels("www.example.org"), kTypeA));     // name
   EXPECT_FALSE(ParseResponse(r, 0x1234, Labels("www.example.com"), kTypeAaaa));  // type
-  EXPECT_TRUE(ParseResponse(r, 0x1234, Labels("WWW.EXAMPLE.COM"), kTypeA));     // case-blind
+  EXPECT_TRUE(ParseResponse(r, 0x1234, Labels("WWW.EXAMPLE.COM"), kTypeA));      // case-blind
   Bytes no_qr = r;
   no_qr[2] &= 0x7F;
   EXPECT_FALSE(ParseResponse(no_qr, 0x1234, Labels("www.example.com"), kTypeA));
@@ -297,9 +299,9 @@ TEST(DnsCodec, CnameChainsStayInsideTheAnswerAndAreBounded) {
   ASSERT_TRUE(off_chain);
   EXPECT_TRUE(off_chain->addresses.empty());
 
-  auto loop = ParseResponse(ResponseWith("a.test", {{"a.test", kTypeCname, "b.test"},
-                                                    {"b.test", kTypeCname, "a.test"}}),
-                            1, Labels("a.test"), kTypeA);
+  auto loop = ParseResponse(
+      ResponseWith("a.test", {{"a.test", kTypeCname, "b.test"}, {"b.test", kTypeCname, "a.test"}}),
+      1, Labels("a.test"), kTypeA);
   ASSERT_TRUE(loop);
   EXPECT_TRUE(loop->addresses.empty());
 
@@ -509,7 +511,8 @@ TEST(DnsCodec, MalformedResponsesAreRefused) {
   auto labels = Labels("www.example.com");
   std::vector<std::pair<std::string, Bytes>> cases;
   for (size_t cut : {size_t{5}, size_t{12}, size_t{30}, valid.size() - 1, valid.size() - 5}) {
-    cases.emplace_back("cut at " + std::to_string(cut), Bytes(valid.begin(), valid.begin() + static_cast<long>(cut)));
+    cases.emplace_back("cut at " + std::to_string(cut),
+                       Bytes(valid.begin(), valid.begin() + static_cast<long>(cut)));
   }
   {
     Bytes b = valid;
@@ -547,9 +550,9 @@ TEST(DnsCodec, MalformedResponsesAreRefused) {
 
 TEST(DnsCodec, MutatedPacketsNeverCrash) {
   std::mt19937 rng(20240601);
-  const std::vector<Bytes> seeds{ValidQuery(), ValidResponse(),
-                                 ResponseWith("a.test", {{"a.test", kTypeCname, "b.test"},
-                                                         {"b.test", kTypeA, "192.0.2.3"}})};
+  const std::vector<Bytes> seeds{
+      ValidQuery(), ValidResponse(),
+      ResponseWith("a.test", {{"a.test", kTypeCname, "b.test"}, {"b.test", kTypeA, "192.0.2.3"}})};
   size_t accepted_queries = 0;
   for (int i = 0; i < 10000; ++i) {
     Bytes b = seeds[static_cast<size_t>(i) % seeds.size()];
@@ -563,7 +566,8 @@ TEST(DnsCodec, MutatedPacketsNeverCrash) {
           if (!b.empty()) b.resize(rng() % b.size());
           break;
         case 2:  // insert a byte
-          b.insert(b.begin() + static_cast<long>(rng() % (b.size() + 1)), static_cast<uint8_t>(rng()));
+          b.insert(b.begin() + static_cast<long>(rng() % (b.size() + 1)),
+                   static_cast<uint8_t>(rng()));
           break;
         case 3:  // a compression pointer somewhere
           if (b.size() > 2) {
@@ -789,7 +793,7 @@ class StubTest : public ::testing::Test {
     auth_.Set("host.example.org", {.a = {"192.0.2.20"}, .ttl = 300});
     auth_.Set("rebind.example.com", {.a = {"10.0.0.5", "192.0.2.30", "127.0.0.1"}});
     auth_.Set("metadata.example.com", {.a = {"169.254.169.254"}});
-    allowed_ = {"www.example.com", "short.example.com", "alias.example.com",
+    allowed_ = {"www.example.com",    "short.example.com",    "alias.example.com",
                 "rebind.example.com", "metadata.example.com", "gone.example.com"};
     options_.listen = Loopback(0);
     options_.client_qps = 1e6;  // the rate limit has its own test
@@ -1210,7 +1214,8 @@ TEST_F(StubTest, ConcurrentQueries) {
   for (int s = 0; s < 10; ++s) clients.push_back(std::make_unique<Client>());
   for (int i = 0; i < kNames; ++i) {
     clients[static_cast<size_t>(i % 10)]->Send(
-        stub_->local_endpoint(), QueryFor(static_cast<uint16_t>(i), "h" + std::to_string(i) + ".cdn.example", kTypeA));
+        stub_->local_endpoint(),
+        QueryFor(static_cast<uint16_t>(i), "h" + std::to_string(i) + ".cdn.example", kTypeA));
   }
   int correct = 0;
   for (int s = 0; s < 10; ++s) {

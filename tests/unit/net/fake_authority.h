@@ -57,7 +57,8 @@ class FakeAuthority {
       int tcp = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
       int one = 1;
       setsockopt(tcp, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-      if (bind(tcp, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 && listen(tcp, 16) == 0) {
+      if (bind(tcp, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+          listen(tcp, 16) == 0) {
         tcp_ = tcp;
       } else {
         close(tcp);
@@ -229,8 +230,8 @@ class FakeAuthority {
       if (!(fds[0].revents & POLLIN)) continue;
       sockaddr_storage from{};
       socklen_t from_len = sizeof(from);
-      ssize_t got = recvfrom(udp_, buf.data(), buf.size(), 0, reinterpret_cast<sockaddr*>(&from),
-                             &from_len);
+      ssize_t got =
+          recvfrom(udp_, buf.data(), buf.size(), 0, reinterpret_cast<sockaddr*>(&from), &from_len);
       if (got < 0) continue;
       queries_++;
       if (silent) continue;
