@@ -42,6 +42,10 @@ struct SandboxSpec {
   Limits limits;
   std::vector<std::string> env;  // KEY=VALUE for every command
   std::string user = "user";     // who commands run as by default
+  // A network namespace the host made for it (a path; "": loopback only), and the DNS server
+  // its resolv.conf names.
+  std::string netns;
+  std::string nameserver;
 };
 
 enum class SandboxState { kRunning, kPaused, kStopped };

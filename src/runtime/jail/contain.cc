@@ -259,7 +259,7 @@ int ReadSmallFile(const char* path, std::string& out) {
 // Runs inside the new root (after pivot_root): every path resolves inside the sandbox.
 Failure WriteEtc(const JailConfig& c, const UniqueFd& alternatives) {
   if (MkdirOwned("/etc", 0755, 0) < 0) return {"mkdir /etc", errno};
-  for (auto& [name, text] : EtcFiles(c.id)) {
+  for (auto& [name, text] : EtcFiles(c.id, c.nameserver)) {
     const std::string path = "/etc/" + name;
     // A root file system has accounts of its own (daemon, _apt, ...); ours replace those with
     // the same name or id.
@@ -396,9 +396,10 @@ Failure ContainProcess(const JailConfig& c, int sync_fd, int agent_fd,
   //    symlink resolves inside the sandbox, never to the host's files.
   if (Failure f = WriteEtc(c, alternatives); f.step) return f;
 
-  // 6. Identity and network: the sandbox id as hostname, loopback only.
+  // 6. Identity and network: the sandbox id as hostname; loopback only, unless the host gave a
+  //    network namespace (configured already, loopback up).
   if (::sethostname(c.id.data(), c.id.size()) < 0) return {"sethostname", errno};
-  if (LoopbackUp() < 0) return {"bring up loopback", errno};
+  if (c.netns.empty() && LoopbackUp() < 0) return {"bring up loopback", errno};
 
   // 7. Into the sandbox's cgroups (the launcher moves us while we set up the file system; a
   //    cgroup v1 move waits out an RCU grace period, ~10 ms, which this way costs nothing),
@@ -477,7 +478,8 @@ int SendGo(int sock, const std::vector<UniqueFd>& layers) {
 
 }  // namespace
 
-std::vector<std::pair<std::string, std::string>> EtcFiles(const std::string& hostname) {
+std::vector<std::pair<std::string, std::string>> EtcFiles(const std::string& hostname,
+                                                          const std::string& nameserver) {
   return {
       {"passwd",
        "root:x:0:0:root:/root:/bin/sh\n"
@@ -487,8 +489,9 @@ std::vector<std::pair<std::string, std::string>> EtcFiles(const std::string& hos
       {"hosts", "127.0.0.1\tlocalhost " + hostname + "\n::1\tlocalhost ip6-localhost\n"},
       {"hostname", hostname + "\n"},
       {"nsswitch.conf", "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\n"},
-      // No network yet: the resolver has nothing to ask.
-      {"resolv.conf", "# this sandbox has no network\n"},
+      // Without a network the resolver has nothing to ask.
+      {"resolv.conf", nameserver.empty() ? "# this sandbox has no network\n"
+                                         : "nameserver " + nameserver + "\noptions edns0\n"},
   };
 }
 
@@ -601,8 +604,15 @@ LaunchReport Launch(const JailConfig& c) {
   }
   UniqueFd sync_r(sync[0]), sync_w(sync[1]), report_r(report[0]), report_w(report[1]);
 
-  constexpr unsigned long kFlags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWUTS |
-                                   CLONE_NEWIPC | CLONE_NEWNET | CLONE_PARENT;
+  // A network namespace the host made is joined here, by the launcher (root on the host, which
+  // the sandbox never is), and inherited by the clone.
+  if (!c.netns.empty()) {
+    UniqueFd netns(::open(c.netns.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!netns) return fail("open network namespace", errno);
+    if (::setns(netns.get(), CLONE_NEWNET) < 0) return fail("join network namespace", errno);
+  }
+  const unsigned long kFlags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWUTS |
+                               CLONE_NEWIPC | CLONE_PARENT | (c.netns.empty() ? CLONE_NEWNET : 0);
   // The launcher's exit signal (SIGCHLD) goes to our parent with CLONE_PARENT.
   pid = static_cast<pid_t>(::syscall(SYS_clone, kFlags, nullptr, nullptr, nullptr, 0));
   if (pid < 0) {

@@ -24,6 +24,11 @@ struct JailConfig {
   // Content-addressed layers (layers.h) stacked on it, topmost first; each is mounted idmapped
   // into the sandbox's uid range, read-only.
   std::vector<std::string> layers;
+  // A network namespace (a path like /run/netns/NAME) the sandbox joins instead of a new one
+  // with loopback only: made and configured by the host (a veth, addresses, routes, loopback
+  // up) and owned by the host's user namespace, so nothing inside can reconfigure it.
+  std::string netns;
+  std::string nameserver;    // resolv.conf's nameserver (with netns)
   uid_t uid_base = 0;        // sandbox ids 0..65535 map to uid_base.. on the host
   uint64_t disk_mb = 1024;   // the writable layer (a tmpfs inside the sandbox)
   uint64_t tmp_mb = 256;     // /tmp
@@ -66,8 +71,9 @@ inline constexpr size_t kMaxLayers = 64;
 // Returns the report to write. Precondition: single-threaded, root on the host.
 LaunchReport Launch(const JailConfig& config);
 
-// The /etc files of a fresh sandbox: name -> contents.
-std::vector<std::pair<std::string, std::string>> EtcFiles(const std::string& hostname);
+// The /etc files of a fresh sandbox: name -> contents. `nameserver` "": no network.
+std::vector<std::pair<std::string, std::string>> EtcFiles(const std::string& hostname,
+                                                          const std::string& nameserver = "");
 
 // passwd or group text: `ours` (root, user, nobody, ...), then every line of `existing` whose
 // name and id are not one of ours.

@@ -325,6 +325,9 @@ Result<std::unique_ptr<runtime::Sandbox>> JailRuntime::Create(const SandboxSpec&
                std::to_string(spec.limits.tmp_mb), "--nofile", std::to_string(spec.limits.nofile)});
   for (const auto& d : cgroup.dirs())
     args.insert(args.end(), {"--cgroup-procs", d + "/cgroup.procs"});
+  if (!spec.netns.empty()) {
+    args.insert(args.end(), {"--netns", spec.netns, "--nameserver", spec.nameserver});
+  }
   if (spec.template_name == runtime::kRootfsRoot) {
     args.push_back("--rootfs");
   } else {

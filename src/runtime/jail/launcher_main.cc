@@ -9,6 +9,7 @@
 //                N]
 //                [--cgroup-procs FILE]... [--cgroup-bind HOST=INSIDE]... [--ro-bind DIR]...
 //                [--layer DIR]... (topmost first) [--rootfs] (the layers hold a whole root)
+//                [--netns PATH --nameserver IP] (join a network namespace the host made)
 //                [-- AGENT-ARGS...]
 
 #include <getopt.h>
@@ -62,7 +63,9 @@ int main(int argc, char** argv) {
     kCgBind,
     kSeccomp,
     kLayer,
-    kRootfs
+    kRootfs,
+    kNetns,
+    kNameserver
   };
   static const option kLong[] = {{"id", required_argument, nullptr, kId},
                                  {"sandbox-dir", required_argument, nullptr, kDir},
@@ -80,6 +83,8 @@ int main(int argc, char** argv) {
                                  {"seccomp-fd", required_argument, nullptr, kSeccomp},
                                  {"layer", required_argument, nullptr, kLayer},
                                  {"rootfs", no_argument, nullptr, kRootfs},
+                                 {"netns", required_argument, nullptr, kNetns},
+                                 {"nameserver", required_argument, nullptr, kNameserver},
                                  {nullptr, 0, nullptr, 0}};
   int opt;
   while ((opt = getopt_long(argc, argv, "", kLong, nullptr)) != -1) {
@@ -141,6 +146,13 @@ int main(int argc, char** argv) {
         break;
       case kRootfs:
         c.rootfs = true;
+        break;
+      case kNetns:
+        if (optarg[0] != '/') Usage("--netns takes an absolute path");
+        c.netns = optarg;
+        break;
+      case kNameserver:
+        c.nameserver = optarg;
         break;
       default:
         Usage("unknown option");

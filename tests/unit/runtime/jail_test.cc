@@ -592,6 +592,59 @@ TEST_F(JailTest, SymlinksALayerLeftInEtcReachNothingOnTheHost) {
   fs::remove_all(canary);
 }
 
+TEST_F(JailTest, ANetworkNamespaceTheHostMadeIsJoinedAndCannotBeChanged) {
+  if (::access("/usr/sbin/ip", X_OK) != 0 && ::access("/sbin/ip", X_OK) != 0) {
+    GTEST_SKIP() << "ip (iproute2) is not installed";
+  }
+  // A namespace with a veth to the host, as the daemon's network manager makes one.
+  const std::string ns = "airlock-jt-" + std::to_string(::getpid());
+  const std::string host_if = "aljt" + std::to_string(::getpid() % 100000);
+  const std::string setup =
+      "ip netns add " + ns + " && ip link add " + host_if + " type veth peer name eth0 netns " +
+      ns + " && ip addr add 10.251.7.1/30 dev " + host_if + " && ip link set " + host_if +
+      " up && ip -n " + ns + " link set lo up && ip -n " + ns +
+      " addr add 10.251.7.2/30 dev eth0 && ip -n " + ns + " link set eth0 up && ip -n " + ns +
+      " route add default via 10.251.7.1";
+  struct Cleanup {
+    std::string ns;
+    ~Cleanup() { (void)!std::system(("ip netns del " + ns + " 2>/dev/null").c_str()); }
+  } cleanup{ns};
+  ASSERT_EQ(std::system(setup.c_str()), 0) << setup;
+
+  runtime::SandboxSpec spec;
+  spec.id = NewSandboxId();
+  spec.netns = "/run/netns/" + ns;
+  spec.nameserver = "10.251.7.1";
+  auto sbx = runtime_->Create(spec);
+  ASSERT_TRUE(sbx) << sbx.error().message();
+  made_.push_back(spec.id);
+  auto client = p::BlockingClient::Connect((*sbx)->TakeAgentChannel());
+  ASSERT_TRUE(client) << client.error().message();
+  Box box{spec.id, (*sbx)->info().init_pid};
+  box.client.emplace(std::move(*client));
+
+  EXPECT_EQ(Run(box, "cat /etc/resolv.conf | head -1; ls /sys/class/net 2>/dev/null || "
+                     "awk 'NR>2 {print $1}' /proc/net/dev | tr -d : | sort")
+                .stdout_data,
+            "nameserver 10.251.7.1\neth0\nlo\n");
+  // Root in the sandbox has no say over a namespace the host's user namespace owns.
+  auto changed = Run(box, "ip link set eth0 down; ip addr add 10.9.9.9/32 dev eth0; echo done",
+                     "root");
+  EXPECT_NE(changed.stderr_data.find("Operation not permitted"), std::string::npos)
+      << changed.stderr_data;
+  EXPECT_EQ(std::system(("ip -n " + ns + " -br addr show eth0 | grep -q ' UP .*10.251.7.2/30'")
+                            .c_str()),
+            0);
+  // A namespace that is not there fails the create, naming the step.
+  runtime::SandboxSpec missing;
+  missing.id = NewSandboxId();
+  missing.netns = "/run/netns/airlock-not-there";
+  auto refused = runtime_->Create(missing);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message().find("open network namespace"), std::string::npos)
+      << refused.error().message();
+}
+
 TEST_F(JailTest, CheckpointIsUnimplementedAndSaysSo) {
   auto st = runtime_->Checkpoint("sbx-x", "/tmp");
   ASSERT_FALSE(st);
