@@ -585,6 +585,22 @@ Verdict NetworkPolicy::CheckName(std::string_view name, uint16_t port) const {
   return Deny("allowlist", target + " is not in this sandbox's allowlist");
 }
 
+bool NetworkPolicy::MayResolve(std::string_view name) const {
+  if (mode_ == NetworkMode::kNone || ParseIpLiteral(name) || LooksLikeIpv4(name)) return false;
+  auto normal = NormaliseName(name);
+  if (!normal) return false;
+  auto names = [&](const Rule& rule) {
+    Rule any_port = rule;
+    any_port.port = 0;
+    return any_port.MatchesName(*normal, 0);
+  };
+  for (const auto& rule : deny_) {
+    if (rule.port == 0 && names(rule)) return false;
+  }
+  if (mode_ == NetworkMode::kOpen) return true;
+  return std::any_of(allow_.begin(), allow_.end(), names);
+}
+
 std::optional<Verdict> NetworkPolicy::DenyAddress(const IpAddress& raw, uint16_t port) const {
   if (mode_ == NetworkMode::kNone) {
     return Deny("mode:none", "this sandbox has no network access (network mode \"none\")");

@@ -93,6 +93,9 @@ class NetworkPolicy {
   // (lowercase, one trailing dot dropped); invalid names and IP literals in any encoding are
   // denied here: the caller checks those with CheckAddress.
   Verdict CheckName(std::string_view name, uint16_t port) const;
+  // Whether the DNS stub answers for `name` (normalised): some port of it is allowed. A deny
+  // rule for every port of it wins; a deny rule for one port does not hide the name.
+  bool MayResolve(std::string_view name) const;
   // A destination given as an address (CONNECT to an IP literal, a Host of digits). The
   // metadata endpoints and host-denied ranges are never allowed; deny CIDR rules next; then the
   // always-deny ranges, some of which an allow CIDR rule inside them can open (the design doc

@@ -37,6 +37,10 @@ json SandboxJson(const SandboxView& s) {
       {"limits", std::move(limits)},
       {"metadata", std::move(metadata)},
   };
+  json network = json::parse(s.network, nullptr, /*allow_exceptions=*/false);
+  if (!network.is_object()) network = {{"mode", "none"}, {"allow", json::array()}, {"deny", json::array()}};
+  if (!s.address.empty()) network["address"] = s.address;
+  doc["network"] = std::move(network);
   if (!s.error.empty()) doc["error"] = s.error;
   return doc;
 }

@@ -28,10 +28,12 @@ struct SandboxView {
   runtime::Limits limits;  // cpus, memory_mb, pids_max, disk_mb are shown
   Metadata metadata;       // env is never shown: it may hold secrets
   std::string error;       // why a failed sandbox failed (shown only when not empty)
+  std::string network;     // its policy's JSON ("" for mode none)
+  std::string address;     // its IPv4 address, when it has a network
 };
 
 // {"id", "state", "template", "engine", "created_at", "expires_at", "limits": {...},
-//  "metadata": {...}, "error"?}
+//  "metadata": {...}, "network": {"mode", "allow", "deny", "address"?}, "error"?}
 std::string RenderSandbox(const SandboxView& sandbox);
 // {"sandboxes": [ ... ]}
 std::string RenderSandboxList(std::span<const SandboxView> sandboxes);

@@ -226,8 +226,12 @@ Result<CreateSandboxRequest> CreateSandboxRequest::FromJson(std::string_view bod
   AIRLOCK_TRY_ASSIGN(doc, ParseJsonObject(body));
   AIRLOCK_TRY(RejectUnknownFields(
       doc, "request body",
-      {"template", "ttl_seconds", "cpus", "memory_mb", "pids_max", "disk_mb", "env", "metadata"}));
+      {"template", "ttl_seconds", "cpus", "memory_mb", "pids_max", "disk_mb", "env", "metadata",
+       "network"}));
   CreateSandboxRequest req;
+  if (doc.contains("network")) {
+    AIRLOCK_TRY_ASSIGN(req.network, net::NetworkPolicy::FromJson(doc["network"]));
+  }
   if (doc.contains("template")) {
     AIRLOCK_TRY_ASSIGN(req.template_name,
                        GetString(doc["template"], "template", kMaxTemplateNameBytes, false));
@@ -286,11 +290,14 @@ Status CheckTemplateName(std::string_view name) {
 Result<PatchSandboxRequest> PatchSandboxRequest::FromJson(std::string_view body) {
   json doc;
   AIRLOCK_TRY_ASSIGN(doc, ParseJsonObject(body));
-  AIRLOCK_TRY(RejectUnknownFields(doc, "request body", {"ttl_seconds", "metadata"}));
+  AIRLOCK_TRY(RejectUnknownFields(doc, "request body", {"ttl_seconds", "metadata", "network"}));
   if (doc.empty()) {
-    return Invalid("request body must set at least one of ttl_seconds, metadata");
+    return Invalid("request body must set at least one of ttl_seconds, metadata, network");
   }
   PatchSandboxRequest req;
+  if (doc.contains("network")) {
+    AIRLOCK_TRY_ASSIGN(req.network, net::NetworkPolicy::FromJson(doc["network"]));
+  }
   if (doc.contains("ttl_seconds")) {
     AIRLOCK_TRY_ASSIGN(req.ttl_seconds,
                        GetInt(doc["ttl_seconds"], "ttl_seconds", 1, kMaxTtlSeconds));

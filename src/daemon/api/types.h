@@ -17,6 +17,7 @@
 
 #include "common/error.h"
 #include "daemon/api/query.h"
+#include "net/policy.h"
 #include "runtime/runtime.h"
 
 namespace airlock::api {
@@ -92,6 +93,7 @@ struct CreateSandboxRequest {
   LimitFields limits_given;
   EnvMap env;
   Metadata metadata;
+  net::NetworkPolicy network;  // JSON "network" (docs/design/network.md); mode none by default
 
   [[nodiscard]] static Result<CreateSandboxRequest> FromJson(std::string_view body);
 };
@@ -189,6 +191,7 @@ struct ForkRequest {
 // metadata is a merge patch (RFC 7396): a string sets the key, null removes it.
 struct PatchSandboxRequest {
   std::optional<int64_t> ttl_seconds;
+  std::optional<net::NetworkPolicy> network;  // a live change of the policy
   std::map<std::string, std::optional<std::string>> metadata;
 
   [[nodiscard]] static Result<PatchSandboxRequest> FromJson(std::string_view body);

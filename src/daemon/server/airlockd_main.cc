@@ -4,6 +4,7 @@
 //   airlockd [--config FILE] [--listen HOST:PORT] [--state-dir DIR] [--no-auth]
 //            [--on-shutdown keep|destroy] [--workers N] [--agent PATH] [--launcher PATH]
 //            [--log-level LEVEL] [--image-dir DIR] [--debian-mirror URL]
+//            [--network-id ID] [--network-subnet CIDR] [--network-uplink IF] [--network-dns LIST]
 //
 // The first line on stdout is "listening on HOST:PORT" (with the real port when PORT is 0).
 // At start it reconciles its records with what the engine has (adopting live sandboxes).
@@ -15,8 +16,11 @@
 #include <unistd.h>
 
 #include <boost/asio/ip/address.hpp>
+#include <boost/asio/ip/udp.hpp>
+#include <charconv>
 #include <csignal>
 #include <cstdio>
+#include <fstream>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -44,12 +48,48 @@ constexpr const char* kUsage =
     "                [--on-shutdown keep|destroy] [--workers N] [--agent PATH]\n"
     "                [--launcher PATH] [--log-level trace|debug|info|warn|error]\n"
     "                [--pool.TEMPLATE N] [--image-dir DIR] [--debian-mirror URL]\n"
+    "                [--network-id ID] [--network-subnet CIDR] [--network-uplink IF]\n"
+    "                [--network-dns IP[:PORT],...]\n"
     "Settings come from the defaults, then the config file (--config, else\n"
     "/etc/airlock/airlockd.toml if it exists), then the flags. See docs/airlockd.md.\n";
 
 [[noreturn]] void Die(const std::string& message, int code = 1) {
   std::fprintf(stderr, "airlockd: %s\n", message.c_str());
   std::exit(code);
+}
+
+// "IP[:PORT],..." (IPv6 as [IP]:PORT); "" is none.
+airlock::Result<std::vector<boost::asio::ip::udp::endpoint>> ParseDnsServers(
+    const std::string& list) {
+  std::vector<boost::asio::ip::udp::endpoint> out;
+  size_t at = 0;
+  while (at < list.size()) {
+    size_t comma = list.find(',', at);
+    if (comma == std::string::npos) comma = list.size();
+    std::string one = list.substr(at, comma - at);
+    at = comma + 1;
+    if (one.empty()) continue;
+    std::string host = one, port = "53";
+    if (one.front() == '[') {
+      size_t close = one.find(']');
+      if (close == std::string::npos) return airlock::Fail(airlock::ErrorCode::kInvalidArgument, "bad server " + one);
+      host = one.substr(1, close - 1);
+      if (close + 1 < one.size() && one[close + 1] == ':') port = one.substr(close + 2);
+    } else if (size_t colon = one.find(':'); colon != std::string::npos) {
+      host = one.substr(0, colon);
+      port = one.substr(colon + 1);
+    }
+    boost::system::error_code ec;
+    auto ip = boost::asio::ip::make_address(host, ec);
+    int n = 0;
+    auto [end, perr] = std::from_chars(port.data(), port.data() + port.size(), n);
+    if (ec || perr != std::errc() || end != port.data() + port.size() || n < 1 || n > 65535) {
+      return airlock::Fail(airlock::ErrorCode::kInvalidArgument,
+                           "bad DNS server '" + one + "' (want IP[:PORT])");
+    }
+    out.emplace_back(ip, static_cast<uint16_t>(n));
+  }
+  return out;
 }
 
 Config LoadConfig(int argc, char** argv) {
@@ -178,7 +218,41 @@ int main(int argc, char** argv) {
   auto runtime = jail::JailRuntime::Open(jail_options);
   if (!runtime) Die("opening the jail engine: " + runtime.error().message());
 
+  // Sandbox networking: without it (no nftables, no iproute2) sandboxes get network mode
+  // "none" only, and a create that asks for more is refused, saying so.
+  std::unique_ptr<net::Networks> networks;
+  {
+    net::NetworksConfig nc;
+    nc.id = flags.network_id;
+    nc.subnet = flags.network_subnet;
+    nc.uplink = flags.network_uplink;
+    auto upstream = ParseDnsServers(flags.network_dns);
+    if (!upstream) Die("network_dns: " + upstream.error().message(), 2);
+    nc.dns_upstream = std::move(*upstream);
+    // The proxy's port is in every networked sandbox's HTTP_PROXY: kept across restarts.
+    const std::string port_file = flags.state_dir + "/network-proxy-port";
+    if (auto text = ReadFileToString(port_file, 16)) {
+      int port = 0;
+      std::from_chars(text->data(), text->data() + text->size(), port);
+      if (port > 0 && port < 65536) nc.proxy_port = static_cast<uint16_t>(port);
+    }
+    auto opened = net::Networks::Open(std::move(nc));
+    if (opened) {
+      networks = std::move(*opened);
+      std::ofstream(port_file + ".tmp") << networks->proxy_port() << "\n";
+      std::error_code renamed;
+      fs::rename(port_file + ".tmp", port_file, renamed);
+      if (renamed) spdlog::warn("recording the proxy's port: {}", renamed.message());
+      spdlog::info("sandbox networking: subnet {}, egress proxy on port {}{}",
+                   flags.network_subnet, networks->proxy_port(),
+                   flags.network_uplink.empty() ? ", no uplink (no open mode)"
+                                                : ", uplink " + flags.network_uplink);
+    } else {
+      spdlog::warn("sandbox networking is off: {}", opened.error().message());
+    }
+  }
   daemon::Controller controller(**store, **runtime);
+  controller.SetNetworks(networks.get());
   controller.SetImageSources(
       {flags.image_dir.empty() ? flags.state_dir + "/images" : flags.image_dir, flags.debian_mirror});
   daemon::Metrics metrics;

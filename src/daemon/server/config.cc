@@ -86,6 +86,14 @@ Status Config::Set(std::string_view raw_key, std::string_view value) {
       return Fail(ErrorCode::kInvalidArgument, "debian_mirror must be an http(s):// or file: URL");
     }
     debian_mirror = value;
+  } else if (key == "network_id") {
+    network_id = value;
+  } else if (key == "network_subnet") {
+    network_subnet = value;
+  } else if (key == "network_uplink") {
+    network_uplink = value;
+  } else if (key == "network_dns") {
+    network_dns = value;
   } else if (key == "agent") {
     agent = value;
   } else if (key == "launcher") {

@@ -12,6 +12,8 @@
 //   pool.base = 4               # warm pool of 4 sandboxes of template "base"
 //   image_dir = "/var/lib/airlock/images"   # OCI image archives templates may start from
 //   debian_mirror = "http://deb.debian.org/debian"   # for "debian:<suite>" bases
+//   network_subnet = "10.213.0.0/16"   # sandbox addresses, a /30 each
+//   network_uplink = "eth0"            # what "open" sandboxes go out through
 //
 // Strings are double-quoted (\" and \\ escapes), booleans true / false, numbers decimal.
 // Unknown keys, repeated keys and malformed lines are errors naming the line.
@@ -40,6 +42,14 @@ struct Config {
   // images); Debian suites are made with mmdebstrap from debian_mirror.
   std::string image_dir;
   std::string debian_mirror = "http://deb.debian.org/debian";
+  // Sandbox networking (docs/design/network.md): this daemon's network id (names its nftables
+  // table, namespaces and veths), the IPv4 range sandbox addresses come from (a /30 each), the
+  // interface "open" sandboxes go out through ("": no open mode), and the DNS servers the
+  // stubs and the proxy ask ("": the host's resolv.conf), "IP[:PORT],...".
+  std::string network_id = "a";
+  std::string network_subnet = "10.213.0.0/16";
+  std::string network_uplink;
+  std::string network_dns;
   // Warm pool size per template ("pool.<template> = N", 0..api::kMaxPoolSize). A size set through
   // PUT /v1/pools/{template} is kept in the store and wins over this one.
   std::map<std::string, int> pools;

@@ -167,6 +167,11 @@ Result<RecoveryReport> Controller::Recover() {
   if (auto collected = CollectLayers(); !collected) {
     spdlog::error("start: collecting layers: {}", collected.error().message());
   }
+  if (networks_) {
+    if (int removed = networks_->RemoveUnclaimed(); removed > 0) {
+      spdlog::info("start: removed {} network namespace(s) no sandbox holds", removed);
+    }
+  }
   return report;
 }
 
@@ -219,6 +224,17 @@ void Controller::RecoverOne(const SandboxRecord& rec, RecoveryReport& report) {
   if (!adopted) {
     give_up("airlockd restarted and " + adopted.error().message());
     return;
+  }
+  if (auto slot = rec.resources.find(kNetSlot); slot != rec.resources.end()) {
+    auto adopted_net =
+        networks_ ? networks_->Adopt(id, static_cast<uint32_t>(std::stoul(slot->second)),
+                                     PolicyOf(rec))
+                  : Fail(ErrorCode::kUnimplemented, "this airlockd has no sandbox networking");
+    if (!adopted_net) {
+      give_up("airlockd restarted and its network could not be taken back: " +
+              adopted_net.error().message());
+      return;
+    }
   }
   auto workdir = rec.resources.find(kWorkdir);
   Hold(id, rec.resources.contains(kEnvPerCommand) ? rec.env : std::vector<std::string>{},
@@ -303,7 +319,10 @@ Result<SandboxRecord> Controller::Create(const api::CreateSandboxRequest& reques
   auto resolved = ResolveTemplate(request);
   if (!resolved) return std::unexpected(resolved.error());
   auto made = [&] {
-    if (auto claimed = ClaimFromPool(resolved->request)) return std::move(*claimed);
+    // Pooled sandboxes have no network: one that asks for a network is made fresh.
+    if (resolved->request.network.mode() == net::NetworkMode::kNone) {
+      if (auto claimed = ClaimFromPool(resolved->request)) return std::move(*claimed);
+    }
     return CreateSandbox(resolved->request, /*pooled=*/false, &resolved->origin);
   }();
   if (!made) return made;
@@ -344,12 +363,20 @@ Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest&
   record.expires_at_ms = pooled ? 0 : NowMs() + request.ttl_seconds * 1000;
   record.pooled = pooled;
   record.layers = origin.layers;
+  const bool networked = request.network.mode() != net::NetworkMode::kNone;
+  if (networked) record.network = request.network.ToJson().dump();
+  if (networked && !networks_) {
+    return Fail(ErrorCode::kUnimplemented,
+                "this airlockd has no sandbox networking (it could not set it up at start; see "
+                "its log), so only network mode \"none\" is served");
+  }
   const std::string id = record.id;
   // The record exists before any resource does, so a crash during the create leaves a trace.
   if (auto inserted = store_.Insert(record); !inserted) {
     return std::unexpected(inserted.error().Wrap("recording " + id));
   }
   auto fail = [&](Error error) -> Result<SandboxRecord> {
+    if (networked) DetachNetwork(id);
     if (pooled) {
       Discard(id);
     } else if (auto marked = store_.MarkFailed(id, error.message()); !marked) {
@@ -364,6 +391,15 @@ Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest&
   spec.limits = request.limits;
   spec.env = record.env;
   spec.layers = origin.layers;
+  std::optional<net::Attachment> network;
+  if (networked) {
+    auto attached = networks_->Attach(id, request.network);
+    if (!attached) return fail(std::move(attached.error()));
+    network = std::move(*attached);
+    spec.netns = network->netns_path;
+    spec.nameserver = network->gateway;
+    spec.env.insert(spec.env.end(), network->env.begin(), network->env.end());
+  }
   auto sandbox = runtime_.Create(spec);
   if (!sandbox) return fail(std::move(sandbox.error()));
   auto destroy_and_fail = [&](Error error) {
@@ -395,6 +431,10 @@ Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest&
     r.resources = info.resources;
     if (!origin.workdir.empty()) r.resources[kWorkdir] = origin.workdir;
     if (origin.root != runtime::kBaseRoot) r.resources[kRoot] = origin.root;
+    if (network) {
+      r.resources[kNetSlot] = std::to_string(network->slot);
+      r.resources[kNetAddress] = network->address;
+    }
   });
   if (!running) return destroy_and_fail(std::move(running.error()));
   spdlog::info("created {}{} (agent pid {} on the host)", id, pooled ? " for the pool" : "",
@@ -443,7 +483,36 @@ Result<SandboxRecord> Controller::Patch(const std::string& id,
     if (!record) return record;
   }
   if (!request.metadata.empty()) record = store_.UpdateMetadata(id, std::move(metadata));
+  if (record && request.network) {
+    // The sandbox's namespace was made (or not) at create: a sandbox without one stays without.
+    if (!networks_ || PolicyOf(*record).mode() == net::NetworkMode::kNone) {
+      return Fail(ErrorCode::kFailedPrecondition,
+                  "sandbox " + id + " was created with network mode \"none\"; its network cannot "
+                  "be changed (create it with a network mode to change its policy later)");
+    }
+    if (auto st = networks_->Update(id, *request.network); !st) return std::unexpected(st.error());
+    record = store_.UpdateNetwork(id, request.network->ToJson().dump());
+  }
   return record;
+}
+
+net::NetworkPolicy Controller::PolicyOf(const SandboxRecord& r) {
+  if (r.network.empty()) return {};
+  auto parsed = net::NetworkPolicy::FromJson(
+      nlohmann::json::parse(r.network, nullptr, /*allow_exceptions=*/false));
+  return parsed ? std::move(*parsed) : net::NetworkPolicy();
+}
+
+void Controller::DetachNetwork(const std::string& id) {
+  if (!networks_) return;
+  if (auto st = networks_->Detach(id); !st) spdlog::error("{}", st.error().message());
+}
+
+Result<std::vector<net::NetworkEvent>> Controller::NetworkEvents(const std::string& id) {
+  auto record = Get(id);
+  if (!record) return std::unexpected(record.error());
+  if (!networks_) return std::vector<net::NetworkEvent>{};
+  return networks_->Events(id);
 }
 
 Status Controller::FinishDestroy(const std::string& id) {
@@ -457,6 +526,7 @@ Status Controller::FinishDestroy(const std::string& id) {
     std::lock_guard lock(mu_);
     live_.erase(id);  // commands still running see their channels close
   }
+  DetachNetwork(id);
   const SandboxState from[] = {SandboxState::kDestroying};
   auto done = store_.Transition(id, from, SandboxState::kDestroyed);
   if (!done) return std::unexpected(done.error().Wrap("recording the destroy of " + id));

@@ -25,6 +25,7 @@
 #include "daemon/server/metrics.h"
 #include "daemon/store/store.h"
 #include "protocol/client.h"
+#include "net/networks.h"
 #include "runtime/runtime.h"
 
 namespace airlock::daemon {
@@ -82,6 +83,9 @@ inline constexpr const char* kBuildMetadataKey = "airlock.build";
 // The key in a record's resources that names the engine root under its layers when it is not
 // runtime::kBaseRoot (a Debian or OCI image's root file system: runtime::kRootfsRoot).
 inline constexpr const char* kRoot = "root";
+// The keys in a record's resources that hold its network's slot and address.
+inline constexpr const char* kNetSlot = "net.slot";
+inline constexpr const char* kNetAddress = "net.address";
 
 // Where template bases that are not templates come from (airlockd.toml: image_dir,
 // debian_mirror).
@@ -97,6 +101,8 @@ class Controller {
   ~Controller();
   // Call before serving.
   void SetImageSources(ImageSources sources) { images_ = std::move(sources); }
+  // Call before Recover; without it (or with nullptr) only network mode "none" is served.
+  void SetNetworks(net::Networks* networks) { networks_ = networks; }
 
   // Call once at start, before serving. Brings every record and every engine resource into
   // agreement: running / paused sandboxes whose agent is alive are adopted (held as if created
@@ -177,6 +183,9 @@ class Controller {
   [[nodiscard]] Result<std::string> ReadTar(const std::string& id, const api::FileQuery& query);
   [[nodiscard]] Status WriteTar(const std::string& id, const api::FileQuery& query,
                                 std::string_view tar);
+
+  // The sandbox's recent network verdicts (proxy and DNS), oldest first.
+  [[nodiscard]] Result<std::vector<net::NetworkEvent>> NetworkEvents(const std::string& id);
 
   // Shutdown: destroys every sandbox this process holds, pooled ones too. Call after the server
   // has stopped and its workers are joined. (Not calling it keeps them for adoption by the next
@@ -369,7 +378,12 @@ class Controller {
     Controller& c_;
   };
 
+  // The sandbox's network policy as its record keeps it (mode none when it has none).
+  static net::NetworkPolicy PolicyOf(const store::SandboxRecord& r);
+  void DetachNetwork(const std::string& id);
+
   ImageSources images_;
+  net::Networks* networks_ = nullptr;
   std::recursive_mutex layers_mu_;
   int layer_pins_ = 0;                // LayerPins alive; guarded by layers_mu_
   bool collection_deferred_ = false;  // a CollectLayers a pin held off; guarded by layers_mu_

@@ -652,6 +652,7 @@ Result<Controller::Forked> Controller::Fork(const std::string& id,
   like.env = EnvFromList(source->env);
   like.metadata = request.metadata.value_or(source->metadata);
   like.metadata["airlock.forked_from"] = id;
+  like.network = PolicyOf(*source);  // each fork gets a network of its own under the same policy
   auto workdir = source->resources.find(kWorkdir);
 
   // Under layers_mu_ until the forks' records name the new layer.

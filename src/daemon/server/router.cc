@@ -99,7 +99,38 @@ api::SandboxView ToView(const SandboxRecord& r) {
   v.limits.disk_mb = static_cast<uint64_t>(r.limits.disk_mb);
   v.metadata = r.metadata;
   if (r.state == store::SandboxState::kFailed) v.error = r.error;
+  v.network = r.network;
+  if (auto address = r.resources.find(kNetAddress); address != r.resources.end()) {
+    v.address = address->second;
+  }
   return v;
+}
+
+// {"events": [{"time", "kind", "name", "sni"?, "host"?, "dest"?, "port", "verdict", "rule",
+//  "reason", "bytes_up"?, "bytes_down"?}]}
+std::string RenderNetworkEvents(const std::vector<net::NetworkEvent>& events) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const net::NetworkEvent& e : events) {
+    nlohmann::json one = {
+        {"time", api::FormatTimestamp(FromMs(e.at_ms))},
+        {"kind", e.kind},
+        {"name", e.name},
+        {"port", e.port},
+        {"verdict", e.closed ? "closed" : e.allowed ? "allowed" : "denied"},
+        {"rule", e.rule},
+        {"reason", e.reason},
+    };
+    if (!e.sni.empty()) one["sni"] = e.sni;
+    if (!e.host.empty()) one["host"] = e.host;
+    if (!e.dest.empty()) one["dest"] = e.dest;
+    if (e.closed) {
+      one["bytes_up"] = e.bytes_up;
+      one["bytes_down"] = e.bytes_down;
+    }
+    list.push_back(std::move(one));
+  }
+  return nlohmann::json{{"events", std::move(list)}}.dump(-1, ' ', false,
+                                                          nlohmann::json::error_handler_t::replace);
 }
 
 api::PoolView ToPoolView(const PoolStats& p) {
@@ -228,7 +259,9 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
   // /v1/sandboxes/{id}[/...]: which route first (404 / 405), then the id (400).
   const std::string id(parts[2]);
   const std::string_view op = parts.size() >= 4 ? parts[3] : std::string_view();
-  enum class Route { kSandbox, kExec, kPause, kResume, kFiles, kProcesses, kSnapshot, kFork };
+  enum class Route {
+    kSandbox, kExec, kPause, kResume, kFiles, kProcesses, kSnapshot, kFork, kNetworkEvents
+  };
   Route route;
   if (op == "processes" && parts.size() <= 6) {
     route = Route::kProcesses;
@@ -250,6 +283,9 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
   } else if (op == "files" && (parts.size() == 4 || parts[4] == "list" || parts[4] == "mkdir" ||
                                parts[4] == "tar")) {
     route = Route::kFiles;
+  } else if (op == "network" && parts.size() == 5 && parts[4] == "events") {
+    route = Route::kNetworkEvents;
+    if (method != "GET") return MethodNotAllowed(method, path, {"GET"});
   } else {
     return NotFoundRoute(path);
   }
@@ -297,6 +333,11 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
     }
     case Route::kResume:
       return SandboxReply(200, controller_.Resume(id));
+    case Route::kNetworkEvents: {
+      auto events = controller_.NetworkEvents(id);
+      if (!events) return ErrorReply(events.error());
+      return {200, RenderNetworkEvents(*events), ""};
+    }
     case Route::kExec: {
       auto exec = api::ExecRequest::FromJson(request.body);
       if (!exec) return ErrorReply(exec.error());

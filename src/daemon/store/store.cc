@@ -76,11 +76,16 @@ CREATE TABLE templates (
   error         TEXT NOT NULL
 ) STRICT;
 )sql",
+    // 4: the network policy of each sandbox (docs/design/network.md); '' for mode none.
+    R"sql(
+ALTER TABLE sandboxes ADD COLUMN network TEXT NOT NULL DEFAULT '';
+)sql",
 };
 
 constexpr std::string_view kColumns =
     "id, state, engine, template_name, cpus, memory_mb, pids_max, disk_mb, env, metadata, "
-    "created_at_ms, updated_at_ms, expires_at_ms, init_pid, resources, error, pooled, layers";
+    "created_at_ms, updated_at_ms, expires_at_ms, init_pid, resources, error, pooled, layers, "
+    "network";
 
 int64_t RealtimeMs() {
   timespec ts{};
@@ -195,7 +200,8 @@ void BindRecord(Statement& stmt, const SandboxRecord& r, const EncodedColumns& e
       .Bind(15, enc.resources)
       .Bind(16, r.error)
       .Bind(17, static_cast<int64_t>(r.pooled ? 1 : 0))
-      .Bind(18, enc.layers);
+      .Bind(18, enc.layers)
+      .Bind(19, r.network);
 }
 
 // Reads a row selected with kColumns.
@@ -229,6 +235,7 @@ Result<SandboxRecord> ReadRecord(const Statement& stmt) {
   auto layers = ParseStringArray(stmt.ColumnText(17), r.id, "layers");
   if (!layers) return std::unexpected(std::move(layers.error()));
   r.layers = std::move(*layers);
+  r.network = stmt.ColumnText(18);
   return r;
 }
 
@@ -312,7 +319,7 @@ Result<SandboxRecord> Store::Insert(SandboxRecord record) {
   std::lock_guard lock(mu_);
   record.created_at_ms = record.updated_at_ms = options_.now_ms();
   auto stmt = db_.Prepare("INSERT INTO sandboxes (" + std::string(kColumns) +
-                          ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+                          ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   if (!stmt) return std::unexpected(std::move(stmt.error()));
   BindRecord(*stmt, record, *enc);
   auto done = stmt->Run();  // autocommit: one statement, one durable transaction
@@ -386,7 +393,7 @@ Status Store::UpdateLocked(const SandboxRecord& record) {
       "UPDATE sandboxes SET state = ?2, engine = ?3, template_name = ?4, cpus = ?5, "
       "memory_mb = ?6, pids_max = ?7, disk_mb = ?8, env = ?9, metadata = ?10, "
       "created_at_ms = ?11, updated_at_ms = ?12, expires_at_ms = ?13, init_pid = ?14, "
-      "resources = ?15, error = ?16, pooled = ?17, layers = ?18 WHERE id = ?1");
+      "resources = ?15, error = ?16, pooled = ?17, layers = ?18, network = ?19 WHERE id = ?1");
   if (!stmt) return std::unexpected(std::move(stmt.error()));
   BindRecord(*stmt, record, *enc);
   auto done = stmt->Run();
@@ -469,6 +476,10 @@ Result<SandboxRecord> Store::UpdateTtl(std::string_view id, int64_t expires_at_m
 Result<SandboxRecord> Store::UpdateMetadata(std::string_view id,
                                             std::map<std::string, std::string> metadata) {
   return EditUnlessDestroyed(id, [&](SandboxRecord& r) { r.metadata = std::move(metadata); });
+}
+
+Result<SandboxRecord> Store::UpdateNetwork(std::string_view id, std::string network) {
+  return EditUnlessDestroyed(id, [&](SandboxRecord& r) { r.network = std::move(network); });
 }
 
 Result<SandboxRecord> Store::SetRuntimeInfo(std::string_view id, int64_t init_pid,

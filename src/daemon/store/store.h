@@ -58,6 +58,8 @@ struct SandboxRecord {
   // The read-only layers under its root, topmost first: its template's, and for a fork the
   // snapshot it started from. A layer in use by any live record is never removed.
   std::vector<std::string> layers;
+  // Its network policy as the API's `network` JSON (docs/design/network.md); "" for mode none.
+  std::string network;
   bool operator==(const SandboxRecord&) const = default;
 };
 
@@ -149,6 +151,8 @@ class Store {
   // Replaces the whole metadata map. Refused (409) once destroyed.
   [[nodiscard]] Result<SandboxRecord> UpdateMetadata(std::string_view id,
                                                      std::map<std::string, std::string> metadata);
+  // Replaces the network policy (JSON; "" for mode none); refused once destroyed.
+  [[nodiscard]] Result<SandboxRecord> UpdateNetwork(std::string_view id, std::string network);
   // Records what the engine made, for recovery. Refused (409) once destroyed.
   [[nodiscard]] Result<SandboxRecord> SetRuntimeInfo(std::string_view id, int64_t init_pid,
                                                      std::map<std::string, std::string> resources);

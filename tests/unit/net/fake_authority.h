@@ -41,7 +41,8 @@ class FakeAuthority {
   std::atomic<bool> truncate_udp{false};    // UDP replies have TC set and no answers
   std::atomic<bool> servfail{false};
 
-  FakeAuthority() {
+  // `address` (network byte order) is where it listens: loopback unless a test gives another.
+  explicit FakeAuthority(uint32_t address = htonl(INADDR_LOOPBACK)) {
     // UDP on a port the kernel picks, then TCP on the same number; another process may hold that
     // number on TCP, so try a few ports before giving up on TCP (the TCP test then skips).
     for (int attempt = 0; attempt < 20 && tcp_ < 0; ++attempt) {
@@ -49,7 +50,7 @@ class FakeAuthority {
       udp_ = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
       sockaddr_in addr{};
       addr.sin_family = AF_INET;
-      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      addr.sin_addr.s_addr = address;
       if (udp_ < 0 || bind(udp_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) abort();
       socklen_t len = sizeof(addr);
       getsockname(udp_, reinterpret_cast<sockaddr*>(&addr), &len);

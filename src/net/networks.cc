@@ -1,0 +1,428 @@
+#include "net/networks.h"
+
+#include <dirent.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <charconv>
+#include <cstring>
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+#include "common/subprocess.h"
+#include "net/dns.h"
+#include "net/egress_proxy.h"
+#include "net/firewall.h"
+
+namespace airlock::net {
+namespace {
+
+namespace asio = boost::asio;
+using asio::ip::address_v4;
+
+constexpr uint32_t kMaxSlots = 16384;
+constexpr auto kResolveTimeout = std::chrono::seconds(3);
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The nameservers of the host's resolv.conf, port 53.
+std::vector<asio::ip::udp::endpoint> HostNameservers() {
+  std::vector<asio::ip::udp::endpoint> out;
+  std::ifstream in("/etc/resolv.conf");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string key, value;
+    if (!(words >> key >> value) || key != "nameserver") continue;
+    boost::system::error_code ec;
+    auto ip = asio::ip::make_address(value, ec);
+    if (!ec) out.emplace_back(ip, 53);
+  }
+  return out;
+}
+
+std::string_view EventKind(EgressEvent::Kind kind) { return KindName(kind); }
+
+// Every address of the host's interfaces, each as its own /32 or /128: no sandbox reaches the
+// host's services through the proxy or by name.
+std::vector<Cidr> HostAddresses() {
+  std::vector<Cidr> out;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return out;
+  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr) continue;
+    if (i->ifa_addr->sa_family == AF_INET) {
+      auto* in = reinterpret_cast<sockaddr_in*>(i->ifa_addr);
+      out.push_back(Cidr{address_v4(ntohl(in->sin_addr.s_addr)), 32});
+    } else if (i->ifa_addr->sa_family == AF_INET6) {
+      auto* in6 = reinterpret_cast<sockaddr_in6*>(i->ifa_addr);
+      asio::ip::address_v6::bytes_type bytes;
+      std::memcpy(bytes.data(), &in6->sin6_addr, bytes.size());
+      out.push_back(Cidr{asio::ip::address_v6(bytes), 128});
+    }
+  }
+  ::freeifaddrs(list);
+  return out;
+}
+
+}  // namespace
+
+struct Networks::Attached {
+  std::string sandbox;
+  uint32_t slot = 0;
+  IpAddress address;
+  NetworkPolicy policy;  // guarded by Networks::mu_
+  std::unique_ptr<dns::DnsStub> stub;
+  std::deque<NetworkEvent> events;  // guarded by Networks::mu_
+};
+
+Networks::Networks(NetworksConfig config) : config_(std::move(config)) {}
+
+Result<std::unique_ptr<Networks>> Networks::Open(NetworksConfig config) {
+  bool id_ok = !config.id.empty() && config.id.size() <= 4;
+  for (char c : config.id) id_ok = id_ok && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'));
+  if (!id_ok) return Fail(ErrorCode::kInvalidArgument, "network_id must be 1-4 of [a-z0-9]");
+  auto subnet = Cidr::Parse(config.subnet);
+  if (!subnet || !subnet->network.is_v4() || subnet->prefix < 16 || subnet->prefix > 28) {
+    return Fail(ErrorCode::kInvalidArgument,
+                "network_subnet must be an IPv4 range from /16 to /28, got " + config.subnet);
+  }
+  if (config.dns_upstream.empty()) config.dns_upstream = HostNameservers();
+  for (const Cidr& c : HostAddresses()) config.host_denied.push_back(c);
+  // One daemon per network id: a second one would replace the first's table and take its
+  // namespaces for leftovers.
+  ::mkdir("/run/airlock", 0755);
+  const std::string lock_path = "/run/airlock/network-" + config.id + ".lock";
+  UniqueFd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!lock) return FailErrno("opening " + lock_path, errno);
+  if (::flock(lock.get(), LOCK_EX | LOCK_NB) < 0) {
+    return Fail(ErrorCode::kAlreadyExists, "another airlockd uses network id '" + config.id +
+                                               "' (network_id in airlockd.toml)");
+  }
+  std::unique_ptr<Networks> n(new Networks(std::move(config)));
+  n->lock_ = std::move(lock);
+  n->base_ = subnet->network.to_v4().to_uint();
+  n->slots_ = std::min<uint32_t>(kMaxSlots, 1u << (30 - subnet->prefix));
+  n->used_.assign(n->slots_, false);
+
+  ProxyHooks hooks;
+  Networks* self = n.get();
+  hooks.policy_for = [self](const IpAddress& client) { return self->PolicyFor(client); };
+  hooks.resolve = [self](const std::string& name) -> Result<std::vector<IpAddress>> {
+    for (uint16_t type : {dns::kTypeA, dns::kTypeAaaa}) {
+      auto answer = dns::Resolve(name, type, self->config_.dns_upstream, kResolveTimeout);
+      if (!answer) return std::unexpected(answer.error());
+      if (!answer->addresses.empty()) return answer->addresses;
+    }
+    return Fail(ErrorCode::kNotFound, name + " has no address");
+  };
+  hooks.on_event = [self](const EgressEvent& e) {
+    NetworkEvent event;
+    event.kind = std::string(EventKind(e.kind));
+    event.name = e.name;
+    event.sni = e.sni;
+    event.host = e.host;
+    if (e.dest) event.dest = e.dest->to_string();
+    event.port = e.port;
+    event.allowed = e.allowed;
+    event.closed = e.phase == EgressEvent::Phase::kClosed;
+    event.rule = e.rule;
+    event.reason = e.reason;
+    event.bytes_up = e.bytes_up;
+    event.bytes_down = e.bytes_down;
+    self->Record(e.client, std::move(event));
+  };
+  auto proxy = EgressProxy::Start(
+      n->io_, asio::ip::tcp::endpoint(address_v4::any(), n->config_.proxy_port), hooks);
+  if (!proxy && n->config_.proxy_port != 0) {  // taken meanwhile: any port is better than none
+    proxy = EgressProxy::Start(n->io_, asio::ip::tcp::endpoint(address_v4::any(), 0), hooks);
+  }
+  if (!proxy) return std::unexpected(proxy.error().Wrap("starting the egress proxy"));
+  n->proxy_ = std::move(*proxy);
+
+  FirewallConfig fw;
+  fw.table = "airlock_" + n->config_.id;
+  fw.veth_prefix = "al" + n->config_.id + "-";
+  fw.subnet = n->config_.subnet;
+  fw.proxy_port = n->proxy_->port();
+  fw.uplink = n->config_.uplink;
+  for (const Cidr& c : n->config_.host_denied) {
+    if (c.network.is_v4()) fw.deny.push_back(c.ToString());
+  }
+  auto firewall = Firewall::Install(fw);
+  if (!firewall) return std::unexpected(firewall.error());
+  n->firewall_ = std::move(*firewall);
+  if (!n->config_.uplink.empty()) {
+    // Open sandboxes are routed through the host.
+    std::ofstream forward("/proc/sys/net/ipv4/ip_forward");
+    forward << "1\n";
+    if (!forward.flush()) return Fail(ErrorCode::kInternal, "enabling IPv4 forwarding failed");
+  }
+  n->io_thread_ = std::thread([self] {
+    auto work = asio::make_work_guard(self->io_);
+    self->io_.run();
+  });
+  return n;
+}
+
+Networks::~Networks() {
+  if (proxy_) proxy_->Stop();
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [id, a] : by_sandbox_) {
+      if (a->stub) a->stub->Stop();
+    }
+  }
+  io_.stop();
+  if (io_thread_.joinable()) io_thread_.join();
+  by_address_.clear();
+  by_sandbox_.clear();
+  proxy_.reset();
+  firewall_.reset();
+}
+
+std::string Networks::NetnsName(uint32_t slot) const {
+  return "airlock-" + config_.id + "-" + std::to_string(slot);
+}
+std::string Networks::VethName(uint32_t slot) const {
+  return "al" + config_.id + "-" + std::to_string(slot);
+}
+IpAddress Networks::Gateway(uint32_t slot) const { return address_v4(base_ + 4 * slot + 1); }
+IpAddress Networks::Address(uint32_t slot) const { return address_v4(base_ + 4 * slot + 2); }
+
+uint16_t Networks::proxy_port() const { return proxy_->port(); }
+
+NetworkPolicy Networks::WithHostDenied(NetworkPolicy policy) const {
+  for (const Cidr& c : config_.host_denied) policy.AddHostDenied(c);
+  if (auto subnet = Cidr::Parse(config_.subnet)) policy.AddHostDenied(*subnet);
+  return policy;
+}
+
+std::optional<NetworkPolicy> Networks::PolicyFor(const IpAddress& client) const {
+  std::lock_guard lock(mu_);
+  auto it = by_address_.find(client);
+  if (it == by_address_.end()) return std::nullopt;
+  return it->second->policy;
+}
+
+void Networks::Record(const IpAddress& client, NetworkEvent event) {
+  event.at_ms = NowMs();
+  std::lock_guard lock(mu_);
+  auto it = by_address_.find(client);
+  if (it == by_address_.end()) return;
+  auto& events = it->second->events;
+  events.push_back(std::move(event));
+  while (events.size() > kMaxEvents) events.pop_front();
+}
+
+std::vector<NetworkEvent> Networks::Events(const std::string& sandbox) const {
+  std::lock_guard lock(mu_);
+  auto it = by_sandbox_.find(sandbox);
+  if (it == by_sandbox_.end()) return {};
+  return {it->second->events.begin(), it->second->events.end()};
+}
+
+Result<Attachment> Networks::Attach(const std::string& sandbox, const NetworkPolicy& policy) {
+  uint32_t slot = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (by_sandbox_.contains(sandbox)) {
+      return Fail(ErrorCode::kAlreadyExists, sandbox + " has a network already");
+    }
+    while (slot < slots_ && used_[slot]) ++slot;
+    if (slot == slots_) {
+      return Fail(ErrorCode::kResourceExhausted,
+                  "every address of " + config_.subnet + " is in use (network_subnet)");
+    }
+    used_[slot] = true;
+  }
+  auto joined = Join(sandbox, slot, policy, /*make_link=*/true);
+  if (!joined) {
+    std::lock_guard lock(mu_);
+    used_[slot] = false;
+  }
+  return joined;
+}
+
+Result<Attachment> Networks::Adopt(const std::string& sandbox, uint32_t slot,
+                                   const NetworkPolicy& policy) {
+  struct stat st;
+  if (slot >= slots_ || ::stat(("/run/netns/" + NetnsName(slot)).c_str(), &st) != 0) {
+    return Fail(ErrorCode::kNotFound, "the network namespace of " + sandbox + " is gone");
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (used_[slot]) return Fail(ErrorCode::kAlreadyExists, "slot " + std::to_string(slot) + " is taken");
+    used_[slot] = true;
+  }
+  auto joined = Join(sandbox, slot, policy, /*make_link=*/false);
+  if (!joined) {
+    std::lock_guard lock(mu_);
+    used_[slot] = false;
+  }
+  return joined;
+}
+
+Result<Attachment> Networks::Join(const std::string& sandbox, uint32_t slot,
+                                  const NetworkPolicy& given, bool make_link) {
+  const std::string ns = NetnsName(slot), veth = VethName(slot);
+  const std::string gw = Gateway(slot).to_string(), addr = Address(slot).to_string();
+  auto undo = [&](Error e) -> Result<Attachment> {
+    (void)firewall_->Remove(veth);
+    if (make_link) (void)RunProgram({"ip", "netns", "del", ns});
+    return std::unexpected(std::move(e).Wrap("giving " + sandbox + " a network"));
+  };
+  if (make_link) {
+    // A fresh namespace (what an interrupted run left at this slot goes first), a veth with
+    // no IPv6 addresses at either end, the /30, loopback up, a default route via the host.
+    (void)RunProgram({"ip", "netns", "del", ns});
+    const std::string host = "netns add " + ns + "\nlink add " + veth +
+                             " type veth peer name eth0 netns " + ns + "\nlink set dev " + veth +
+                             " addrgenmode none\naddr add " + gw + "/30 dev " + veth +
+                             "\nlink set " + veth + " up\n";
+    const std::string inside = "link set lo up\nlink set dev eth0 addrgenmode none\naddr add " +
+                               addr + "/30 dev eth0\nlink set eth0 up\nroute add default via " +
+                               gw + "\n";
+    if (auto st = RunProgramOk({"ip", "-b", "-"}, host); !st) return undo(st.error());
+    if (auto st = RunProgramOk({"ip", "-n", ns, "-b", "-"}, inside); !st) return undo(st.error());
+  }
+  NetworkPolicy policy = WithHostDenied(given);
+  Status moded = policy.mode() == NetworkMode::kOpen ? firewall_->SetMode(veth, FirewallMode::kOpen)
+                 : policy.mode() == NetworkMode::kAllowlist
+                     ? firewall_->SetMode(veth, FirewallMode::kAllowlist)
+                     : firewall_->Remove(veth);
+  if (!moded) return undo(moded.error());
+
+  auto attached = std::make_shared<Attached>();
+  attached->sandbox = sandbox;
+  attached->slot = slot;
+  attached->address = Address(slot);
+  attached->policy = std::move(policy);
+  dns::DnsStubOptions options;
+  options.listen = asio::ip::udp::endpoint(Gateway(slot), 53);
+  dns::DnsHooks hooks;
+  hooks.upstream = config_.dns_upstream;
+  hooks.allowed = [this](const IpAddress& client, const std::string& name) -> std::optional<bool> {
+    auto p = PolicyFor(client);
+    if (!p) return std::nullopt;
+    return p->MayResolve(name);
+  };
+  // No sandbox learns an address it may never reach (DNS rebinding to the host, metadata).
+  auto open = NetworkPolicy::FromJson(nlohmann::json{{"mode", "open"}});
+  NetworkPolicy any = WithHostDenied(open ? *open : NetworkPolicy());
+  hooks.address_ok = [any](const IpAddress& ip) {
+    return any.CheckResolved(Verdict{true, "", ""}, ip, 0).allowed;
+  };
+  hooks.on_event = [this](const dns::DnsEvent& e) {
+    NetworkEvent event;
+    event.kind = "dns";
+    event.name = e.name;
+    for (const auto& a : e.answers) event.dest += (event.dest.empty() ? "" : ",") + a.to_string();
+    event.port = 53;
+    event.allowed = e.verdict == dns::DnsVerdict::kAllowed;
+    event.rule = dns::DnsVerdictName(e.verdict);
+    Record(e.client, std::move(event));
+  };
+  auto stub = dns::DnsStub::Start(io_, options, hooks);
+  if (!stub) return undo(stub.error().Wrap("starting its DNS stub on " + gw));
+  attached->stub = std::move(*stub);
+  {
+    std::lock_guard lock(mu_);
+    by_sandbox_[sandbox] = attached;
+    by_address_[attached->address] = attached;
+  }
+  Attachment a;
+  a.slot = slot;
+  a.netns_path = "/run/netns/" + ns;
+  a.gateway = gw;
+  a.address = addr;
+  if (attached->policy.mode() == NetworkMode::kAllowlist) {
+    const std::string proxy = "http://" + gw + ":" + std::to_string(proxy_->port());
+    for (const char* key : {"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"}) {
+      a.env.push_back(std::string(key) + "=" + proxy);
+    }
+    a.env.push_back("NO_PROXY=localhost,127.0.0.1,::1");
+    a.env.push_back("no_proxy=localhost,127.0.0.1,::1");
+  }
+  return a;
+}
+
+Status Networks::Update(const std::string& sandbox, const NetworkPolicy& given) {
+  NetworkPolicy policy = WithHostDenied(given);
+  std::string veth;
+  IpAddress address;
+  {
+    std::lock_guard lock(mu_);
+    auto it = by_sandbox_.find(sandbox);
+    if (it == by_sandbox_.end()) {
+      return Fail(ErrorCode::kFailedPrecondition,
+                  sandbox + " was created without a network; its mode cannot change");
+    }
+    it->second->policy = policy;
+    veth = VethName(it->second->slot);
+    address = it->second->address;
+  }
+  Status moded = policy.mode() == NetworkMode::kOpen ? firewall_->SetMode(veth, FirewallMode::kOpen)
+                 : policy.mode() == NetworkMode::kAllowlist
+                     ? firewall_->SetMode(veth, FirewallMode::kAllowlist)
+                     : firewall_->Remove(veth);
+  if (!moded) return moded;
+  proxy_->Recheck(address);
+  return {};
+}
+
+Status Networks::Detach(const std::string& sandbox) {
+  std::shared_ptr<Attached> attached;
+  {
+    std::lock_guard lock(mu_);
+    auto it = by_sandbox_.find(sandbox);
+    if (it == by_sandbox_.end()) return {};
+    attached = it->second;
+    by_sandbox_.erase(it);
+    by_address_.erase(attached->address);
+  }
+  if (attached->stub) attached->stub->Stop();
+  proxy_->Recheck(attached->address);  // no policy now: every connection of it closes
+  (void)firewall_->Remove(VethName(attached->slot));
+  if (auto st = RunProgramOk({"ip", "netns", "del", NetnsName(attached->slot)}); !st) {
+    return std::unexpected(st.error().Wrap("removing the network of " + sandbox));
+  }
+  std::lock_guard lock(mu_);
+  used_[attached->slot] = false;
+  return {};
+}
+
+int Networks::RemoveUnclaimed() {
+  const std::string prefix = "airlock-" + config_.id + "-";
+  std::vector<uint32_t> doomed;
+  if (DIR* dir = ::opendir("/run/netns")) {
+    while (dirent* e = ::readdir(dir)) {
+      std::string_view name = e->d_name;
+      if (!name.starts_with(prefix)) continue;
+      uint32_t slot = 0;
+      auto digits = name.substr(prefix.size());
+      auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), slot);
+      if (ec != std::errc() || end != digits.data() + digits.size()) continue;
+      std::lock_guard lock(mu_);
+      if (slot >= slots_ || !used_[slot]) doomed.push_back(slot);
+    }
+    ::closedir(dir);
+  }
+  int removed = 0;
+  for (uint32_t slot : doomed) {
+    if (RunProgramOk({"ip", "netns", "del", NetnsName(slot)})) ++removed;
+  }
+  return removed;
+}
+
+}  // namespace airlock::net

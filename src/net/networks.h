@@ -1,0 +1,128 @@
+#pragma once
+// Sandbox networking on the host (docs/design/network.md): for each sandbox whose network mode
+// is not "none", a /30 from the configured subnet, a network namespace with a veth to the host
+// (made here; the jail joins it), the host side of the veth in the firewall's set for its mode,
+// and a DNS stub on its gateway address. One egress proxy serves every sandbox; the client's
+// address says whose policy applies. Verdicts of the proxy and the stubs are kept per sandbox.
+//
+// Names come from the slot, so that recovery finds them: namespace airlock-<id>-<slot>
+// (/run/netns), host veth al<id>-<slot>, table inet airlock_<id>; <id> is this daemon's
+// network id (two daemons on one host need two ids and two subnets).
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/udp.hpp>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/error.h"
+#include "common/unique_fd.h"
+#include "net/policy.h"
+
+namespace airlock::net {
+
+class Firewall;
+class EgressProxy;
+namespace dns {
+class DnsStub;
+}
+
+struct NetworksConfig {
+  std::string id = "a";                   // [a-z0-9]{1,4}
+  std::string subnet = "10.213.0.0/16";   // IPv4, /16../28: a /30 per sandbox
+  std::string uplink;                     // where "open" sandboxes go out; "": no open mode
+  std::vector<boost::asio::ip::udp::endpoint> dns_upstream;  // "": the host's resolv.conf
+  std::vector<Cidr> host_denied;  // ranges no sandbox reaches (the host's own addresses, ...)
+  // The egress proxy's port; 0: any. Sandboxes have it in their HTTP_PROXY, so a restarted
+  // daemon asks for the port it had (adopted sandboxes keep working).
+  uint16_t proxy_port = 0;
+};
+
+struct Attachment {
+  uint32_t slot = 0;
+  std::string netns_path;  // for the engine to join
+  std::string gateway;     // the host side: DNS stub and proxy
+  std::string address;     // the sandbox's
+  std::vector<std::string> env;  // HTTP_PROXY and friends (allowlist mode), KEY=VALUE
+};
+
+// One verdict: of the proxy (kind connect, http, tls) or of the DNS stub (kind dns). A
+// connection's end comes as a second event of its kind with allowed set and the byte counts.
+struct NetworkEvent {
+  int64_t at_ms = 0;  // Unix time
+  std::string kind;
+  std::string name;  // what was asked for: a name, or an address as text
+  std::string sni, host;
+  std::string dest;  // the address dialled or answered, if any
+  uint16_t port = 0;
+  bool allowed = false;
+  bool closed = false;  // the end of an allowed connection (bytes final)
+  std::string rule, reason;
+  uint64_t bytes_up = 0, bytes_down = 0;
+};
+
+class Networks {
+ public:
+  // Starts the egress proxy, installs the firewall table. Needs root (CAP_NET_ADMIN), nftables
+  // and iproute2.
+  [[nodiscard]] static Result<std::unique_ptr<Networks>> Open(NetworksConfig config);
+  // Stops the proxy and the stubs and removes the table. Namespaces stay (their sandboxes may
+  // be adopted by the next start; RemoveUnclaimed then clears the rest).
+  ~Networks();
+  Networks(const Networks&) = delete;
+  Networks& operator=(const Networks&) = delete;
+
+  // Gives `sandbox` a network for `policy` (whose mode is not none). On failure nothing is left.
+  [[nodiscard]] Result<Attachment> Attach(const std::string& sandbox, const NetworkPolicy& policy);
+  // After a restart: takes back the namespace a previous run made for `sandbox` at `slot`.
+  [[nodiscard]] Result<Attachment> Adopt(const std::string& sandbox, uint32_t slot,
+                                         const NetworkPolicy& policy);
+  // A live policy change: from now on every verdict uses `policy`; the proxy closes the
+  // sandbox's connections it no longer allows, and the firewall moves it to its mode's set.
+  [[nodiscard]] Status Update(const std::string& sandbox, const NetworkPolicy& policy);
+  // Takes the sandbox's network apart. Detaching one that has none succeeds.
+  [[nodiscard]] Status Detach(const std::string& sandbox);
+  // Deletes this daemon's namespaces that no attached sandbox holds (after recovery); how many.
+  int RemoveUnclaimed();
+
+  // The sandbox's verdicts, oldest first (the newest kMaxEvents).
+  static constexpr size_t kMaxEvents = 1000;
+  std::vector<NetworkEvent> Events(const std::string& sandbox) const;
+  uint16_t proxy_port() const;
+  const NetworksConfig& config() const { return config_; }
+
+  struct Attached;
+
+ private:
+  explicit Networks(NetworksConfig config);
+  Result<Attachment> Join(const std::string& sandbox, uint32_t slot, const NetworkPolicy& policy,
+                          bool make_link);
+  std::optional<NetworkPolicy> PolicyFor(const IpAddress& client) const;
+  void Record(const IpAddress& client, NetworkEvent event);
+  NetworkPolicy WithHostDenied(NetworkPolicy policy) const;
+  std::string NetnsName(uint32_t slot) const;
+  std::string VethName(uint32_t slot) const;
+  IpAddress Gateway(uint32_t slot) const;
+  IpAddress Address(uint32_t slot) const;
+
+  NetworksConfig config_;
+  UniqueFd lock_;       // flock on /run/airlock/network-<id>.lock, held while open
+  uint32_t base_ = 0;   // the subnet's first address, host order
+  uint32_t slots_ = 0;  // how many /30s it holds
+  boost::asio::io_context io_;
+  std::unique_ptr<Firewall> firewall_;
+  std::unique_ptr<EgressProxy> proxy_;
+  std::thread io_thread_;
+
+  mutable std::mutex mu_;
+  std::vector<bool> used_;  // by slot
+  std::map<std::string, std::shared_ptr<Attached>> by_sandbox_;
+  std::map<IpAddress, std::shared_ptr<Attached>> by_address_;
+};
+
+}  // namespace airlock::net
