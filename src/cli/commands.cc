@@ -110,6 +110,7 @@ Outcome<std::string> ReadAllStdin() {
 const std::vector<FlagSpec> kCreateFlags = {
     {"template", true}, {"ttl", true},  {"cpus", true}, {"memory", true},
     {"pids", true},     {"disk", true}, {"env", true},  {"meta", true},
+    {"network", true},  {"allow", true}, {"deny", true},
 };
 
 const std::vector<FlagSpec> kExecFlags = {
@@ -152,6 +153,11 @@ Outcome<json> CreateRequest(std::string_view command, const Args& args, bool wit
       map[pair->first] = pair->second;
     }
     if (!map.empty()) req[std::string_view(flag) == "env" ? "env" : "metadata"] = map;
+  }
+  // --network MODE [--allow RULE]... [--deny RULE]...; rules alone mean allowlist.
+  const auto allow = args.All("allow"), deny = args.All("deny");
+  if (auto mode = args.Last("network"); mode || !allow.empty() || !deny.empty()) {
+    req["network"] = {{"mode", mode ? *mode : "allowlist"}, {"allow", allow}, {"deny", deny}};
   }
   return req;
 }
@@ -591,6 +597,10 @@ Creates a sandbox and prints its id (with --json, the sandbox object).
   --disk MB         writable layer in MiB (default: 1024)
   --env K=V         an environment variable for every command (repeatable)
   --meta K=V        a metadata label (repeatable)
+  --network MODE    none (default), allowlist or open
+  --allow RULE      a name, *.suffix or CIDR it may reach, with :port if you like
+                    (repeatable; alone, it means --network allowlist)
+  --deny RULE       a name or CIDR it may never reach (repeatable)
 )";
 
 constexpr std::string_view kLsUsage = R"(usage: airlock ls [--state S] [--meta K=V]...
@@ -632,7 +642,7 @@ constexpr std::string_view kRunUsage =
 Creates a sandbox, runs CMD in it as exec does, and deletes the sandbox: when the command ends,
 when something fails, and on SIGINT, SIGTERM or SIGHUP. Exits with the command's exit code.
 
-create flags: --template --ttl --cpus --memory --pids --disk --meta (see airlock create --help)
+create flags: --template --ttl --cpus --memory --pids --disk --meta --network --allow --deny (see airlock create --help)
 exec flags:   --timeout --cwd --env --user --stdin (see airlock exec --help)
 )";
 

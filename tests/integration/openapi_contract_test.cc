@@ -225,6 +225,8 @@ TEST_F(DaemonTest, EveryDocumentedOperationAnswersAsDocumented) {
       {"GET /v1/sandboxes/{id}/files/tar", http::verb::get, s + "/files/tar?path=/tmp/t", ""},
       {"PUT /v1/sandboxes/{id}/files/tar", http::verb::put, s + "/files/tar?path=/tmp/u", ""},
       {"DELETE /v1/sandboxes/{id}/files", http::verb::delete_, s + "/files?path=/tmp/t/f", ""},
+      {"GET /v1/sandboxes/{id}/network/events", http::verb::get, s + "/network/events", "", "",
+       "", [](const Reply& r) { EXPECT_TRUE(r.Json()["events"].is_array()) << r.body; }},
       {"POST /v1/sandboxes/{id}/pause", http::verb::post, s + "/pause", ""},
       {"POST /v1/sandboxes/{id}/resume", http::verb::post, s + "/resume", ""},
       {"GET /metrics", http::verb::get, "/metrics", ""},

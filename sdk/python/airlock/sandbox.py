@@ -118,12 +118,15 @@ class Sandbox:
         disk_mb: Optional[int] = None,
         env: Optional[Mapping[str, str]] = None,
         metadata: Optional[Mapping[str, str]] = None,
+        network: Optional[Mapping[str, Any]] = None,
         url: Optional[str] = None,
         api_key: Optional[str] = None,
         client: Optional[Client] = None,
     ) -> "Sandbox":
         """Creates a sandbox and returns it running. Unset values take the daemon's defaults
-        (template base, TTL 3600 s, 1 CPU, 512 MiB, 256 pids, 1024 MiB disk)."""
+        (template base, TTL 3600 s, 1 CPU, 512 MiB, 256 pids, 1024 MiB disk, no network).
+        `network` is the policy: {"mode": "none" | "allowlist" | "open", "allow": [...],
+        "deny": [...]}, e.g. {"mode": "allowlist", "allow": ["pypi.org"]}."""
         client = client or Client(url=url, api_key=api_key)
         body: Dict[str, Any] = {}
         for key, value in (
@@ -136,6 +139,8 @@ class Sandbox:
             body["env"] = dict(env)
         if metadata is not None:
             body["metadata"] = dict(metadata)
+        if network is not None:
+            body["network"] = dict(network)
         return cls(client, client.request("POST", "/v1/sandboxes", json_body=body).json())
 
     @classmethod
@@ -201,6 +206,22 @@ class Sandbox:
         """Fetches the sandbox's record again."""
         self._info = self._client.request("GET", self._path).json()
         return self
+
+    @property
+    def network(self) -> Dict[str, Any]:
+        """The network policy as last seen (mode, allow, deny, and the sandbox's address)."""
+        return dict(self._info.get("network") or {"mode": "none", "allow": [], "deny": []})
+
+    def set_network(self, policy: Mapping[str, Any]) -> "Sandbox":
+        """Changes the network policy at once; connections it no longer allows are closed.
+        Only for a sandbox created with a network mode other than none."""
+        self._info = self._client.request("PATCH", self._path,
+                                          json_body={"network": dict(policy)}).json()
+        return self
+
+    def network_events(self) -> List[Dict[str, Any]]:
+        """The sandbox's recent network verdicts (proxy and DNS), oldest first."""
+        return list(self._client.request("GET", self._path + "/network/events").json()["events"])
 
     def __repr__(self) -> str:
         return f"Sandbox(id={self._id!r}, state={self.state!r})"

@@ -51,6 +51,9 @@ def daemon() -> Iterator[Daemon]:
     proc = subprocess.Popen(
         [BINARIES["airlockd"], "--listen", "127.0.0.1:0", "--state-dir", state,
          "--on-shutdown", "destroy", "--log-level", "warn",
+         # Its own network id and subnet, and a DNS upstream on loopback: nothing leaves.
+         "--network-id", "sdk", "--network-subnet", "10.216.0.0/24",
+         "--network-dns", "127.0.0.1:9",
          "--agent", BINARIES["agent"], "--launcher", BINARIES["launcher"]],
         stdout=subprocess.PIPE, stderr=None,
     )

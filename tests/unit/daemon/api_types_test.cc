@@ -399,6 +399,28 @@ TEST(TemplateSettingsTest, TheRootRoundTripsAndAnUnknownOneIsRefused) {
   EXPECT_FALSE(TemplateSettings::FromJson(R"({"root": "host"})"));
 }
 
+TEST(CreateSandboxRequestTest, NetworkIsParsedAndBadRulesNameTheirPlace) {
+  auto none = CreateSandboxRequest::FromJson("{}");
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->network.mode(), net::NetworkMode::kNone);
+  auto allow = CreateSandboxRequest::FromJson(
+      R"({"network": {"mode": "allowlist", "allow": ["PyPI.org", "*.github.com:443"]}})");
+  ASSERT_TRUE(allow) << allow.error().message();
+  EXPECT_EQ(allow->network.mode(), net::NetworkMode::kAllowlist);
+  EXPECT_EQ(allow->network.ToJson()["allow"], json::array({"pypi.org", "*.github.com:443"}));
+  auto bad = CreateSandboxRequest::FromJson(
+      R"({"network": {"mode": "allowlist", "allow": ["ok.org", "bad..org"]}})");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(bad.error().message().find("network.allow[1]"), std::string::npos)
+      << bad.error().message();
+  EXPECT_FALSE(CreateSandboxRequest::FromJson(R"({"network": {"mode": "wide"}})"));
+  auto patch = PatchSandboxRequest::FromJson(R"({"network": {"mode": "open"}})");
+  ASSERT_TRUE(patch) << patch.error().message();
+  ASSERT_TRUE(patch->network.has_value());
+  EXPECT_EQ(patch->network->mode(), net::NetworkMode::kOpen);
+}
+
 TEST(PatchSandboxRequestTest, MetadataIsAMergePatch) {
   auto r = PatchSandboxRequest::FromJson(R"({"metadata": {"add": "1", "drop": null}})");
   ASSERT_TRUE(r.has_value()) << r.error().message();

@@ -434,3 +434,29 @@ TEST(Names, Normalise) {
 
 }  // namespace
 }  // namespace airlock::net
+
+namespace airlock::net {
+namespace {
+
+// What the DNS stub answers for: a name some port of which is allowed.
+TEST(MayResolve, ANameWithAnyAllowedPortResolvesAndAWholeNameDenyWins) {
+  const NetworkPolicy p = Policy(
+      R"({"mode": "allowlist", "allow": ["pypi.org:443", "*.example.com", "203.0.113.0/24"],
+          "deny": ["bad.example.com", "half.example.com:80"]})");
+  EXPECT_TRUE(p.MayResolve("pypi.org"));
+  EXPECT_TRUE(p.MayResolve("PyPI.org."));
+  EXPECT_TRUE(p.MayResolve("a.example.com"));
+  EXPECT_TRUE(p.MayResolve("half.example.com")) << "only its port 80 is denied";
+  EXPECT_FALSE(p.MayResolve("bad.example.com"));
+  EXPECT_FALSE(p.MayResolve("example.com")) << "a wildcard is not its apex";
+  EXPECT_FALSE(p.MayResolve("other.org"));
+  EXPECT_FALSE(p.MayResolve("203.0.113.5")) << "addresses are not names";
+  EXPECT_FALSE(p.MayResolve("bad name"));
+  const NetworkPolicy open = Policy(R"({"mode": "open", "deny": ["evil.test"]})");
+  EXPECT_TRUE(open.MayResolve("anything.test"));
+  EXPECT_FALSE(open.MayResolve("evil.test"));
+  EXPECT_FALSE(Policy(R"({"mode": "none"})").MayResolve("pypi.org"));
+}
+
+}  // namespace
+}  // namespace airlock::net
