@@ -130,7 +130,10 @@ class DaemonProcess {
                                      "--state-dir",      state_dir,     "--agent",
                                      AIRLOCK_AGENT_PATH, "--launcher",  AIRLOCK_JAIL_LAUNCHER_PATH,
                                      "--no-auth",        "--log-level", "warn",
-                                     "--on-shutdown",    "destroy"};
+                                     "--on-shutdown",    "destroy",
+                                     // networks of its own; DNS on loopback: nothing leaves
+                                     "--network-id",     "bn",          "--network-subnet",
+                                     "10.217.0.0/20",    "--network-dns", "127.0.0.1:9"};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

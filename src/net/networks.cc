@@ -12,6 +12,7 @@
 #include <charconv>
 #include <cstring>
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -175,7 +176,22 @@ Result<std::unique_ptr<Networks>> Networks::Open(NetworksConfig config) {
   return n;
 }
 
+void Networks::StartMaintainer() {
+  std::lock_guard lock(mu_);
+  if (!maintainer_.joinable()) maintainer_ = std::thread([this] { Maintain(); });
+}
+
 Networks::~Networks() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (maintainer_.joinable()) maintainer_.join();
+  // Links made ahead and not given to a sandbox, and those being taken apart, go now; those of
+  // live sandboxes stay for the next start to adopt.
+  for (uint32_t slot : ready_) (void)DeleteLink(slot);
+  for (uint32_t slot : doomed_) (void)DeleteLink(slot);
   if (proxy_) proxy_->Stop();
   {
     std::lock_guard lock(mu_);
@@ -232,24 +248,113 @@ std::vector<NetworkEvent> Networks::Events(const std::string& sandbox) const {
   return {it->second->events.begin(), it->second->events.end()};
 }
 
+Status Networks::MakeLink(uint32_t slot) {
+  const std::string ns = NetnsName(slot), veth = VethName(slot);
+  const std::string gw = Gateway(slot).to_string(), addr = Address(slot).to_string();
+  // What an interrupted run left at this slot goes first.
+  if (::access(("/sys/class/net/" + veth).c_str(), F_OK) == 0 ||
+      ::access(("/run/netns/" + ns).c_str(), F_OK) == 0) {
+    (void)DeleteLink(slot);
+  }
+  // A fresh namespace, a veth with no IPv6 addresses at either end, the /30, loopback up, a
+  // default route via the host.
+  const std::string host = "netns add " + ns + "\nlink add " + veth +
+                           " type veth peer name eth0 netns " + ns + "\nlink set dev " + veth +
+                           " addrgenmode none\naddr add " + gw + "/30 dev " + veth +
+                           "\nlink set " + veth + " up\n";
+  const std::string inside = "link set lo up\nlink set dev eth0 addrgenmode none\naddr add " +
+                             addr + "/30 dev eth0\nlink set eth0 up\nroute add default via " +
+                             gw + "\n";
+  auto made = RunProgramOk({"ip", "-b", "-"}, host);
+  if (made) made = RunProgramOk({"ip", "-n", ns, "-b", "-"}, inside);
+  if (!made) (void)DeleteLink(slot);
+  return made;
+}
+
+Status Networks::DeleteLink(uint32_t slot) {
+  // The veth first: deleting one end takes both away at once, while a namespace's own teardown
+  // runs later in the kernel (and would hold the names a new link in this slot needs).
+  if (::access(("/sys/class/net/" + VethName(slot)).c_str(), F_OK) == 0) {
+    (void)RunProgram({"ip", "link", "del", VethName(slot)});
+  }
+  if (::access(("/run/netns/" + NetnsName(slot)).c_str(), F_OK) != 0) return {};
+  return RunProgramOk({"ip", "netns", "del", NetnsName(slot)});
+}
+
+void Networks::Maintain() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    // Links for the next creates first (a create waits for them), then the teardowns.
+    if (ready_.size() < config_.warm_links) {
+      uint32_t slot = 0;
+      if (TakeSlotLocked(slot)) {
+        lock.unlock();
+        auto made = MakeLink(slot);
+        lock.lock();
+        if (made) {
+          ready_.push_back(slot);
+          continue;
+        }
+        used_[slot] = false;
+        std::fprintf(stderr, "airlock networks: %s\n", made.error().message().c_str());
+        if (doomed_.empty()) cv_.wait_for(lock, std::chrono::seconds(1));  // no busy loop
+      }
+    }
+    if (!doomed_.empty()) {
+      const uint32_t slot = doomed_.front();
+      doomed_.pop_front();
+      lock.unlock();
+      auto deleted = DeleteLink(slot);
+      lock.lock();
+      if (deleted) {
+        used_[slot] = false;
+      } else {  // the slot stays taken: better a lost /30 than two sandboxes on one
+        std::fprintf(stderr, "airlock networks: %s\n", deleted.error().message().c_str());
+      }
+      continue;
+    }
+    if (ready_.size() < config_.warm_links) {
+      cv_.wait_for(lock, std::chrono::seconds(1));
+    } else {
+      cv_.wait(lock);
+    }
+  }
+}
+
+bool Networks::TakeSlotLocked(uint32_t& slot) {
+  // Round robin from the last one taken: a slot just given back rests the longest.
+  uint32_t tried = 0;
+  for (slot = next_slot_; tried < slots_ && used_[slot]; slot = (slot + 1) % slots_) ++tried;
+  if (tried == slots_) return false;
+  used_[slot] = true;
+  next_slot_ = (slot + 1) % slots_;
+  return true;
+}
+
 Result<Attachment> Networks::Attach(const std::string& sandbox, const NetworkPolicy& policy) {
   uint32_t slot = 0;
+  bool prebuilt = false;
   {
     std::lock_guard lock(mu_);
     if (by_sandbox_.contains(sandbox)) {
       return Fail(ErrorCode::kAlreadyExists, sandbox + " has a network already");
     }
-    while (slot < slots_ && used_[slot]) ++slot;
-    if (slot == slots_) {
+    // A link made ahead of time if there is one (the create then costs no process start),
+    // else one made now.
+    if (!ready_.empty()) {
+      slot = ready_.front();
+      ready_.pop_front();
+      prebuilt = true;
+    } else if (!TakeSlotLocked(slot)) {
       return Fail(ErrorCode::kResourceExhausted,
                   "every address of " + config_.subnet + " is in use (network_subnet)");
     }
-    used_[slot] = true;
   }
-  auto joined = Join(sandbox, slot, policy, /*make_link=*/true);
+  cv_.notify_all();  // the maintainer makes another
+  auto joined = Join(sandbox, slot, policy, /*make_link=*/!prebuilt);
   if (!joined) {
     std::lock_guard lock(mu_);
-    used_[slot] = false;
+    used_[slot] = false;  // Join removed the link
   }
   return joined;
 }
@@ -275,26 +380,15 @@ Result<Attachment> Networks::Adopt(const std::string& sandbox, uint32_t slot,
 
 Result<Attachment> Networks::Join(const std::string& sandbox, uint32_t slot,
                                   const NetworkPolicy& given, bool make_link) {
-  const std::string ns = NetnsName(slot), veth = VethName(slot);
+  const std::string veth = VethName(slot);
   const std::string gw = Gateway(slot).to_string(), addr = Address(slot).to_string();
   auto undo = [&](Error e) -> Result<Attachment> {
     (void)firewall_->Remove(veth);
-    if (make_link) (void)RunProgram({"ip", "netns", "del", ns});
+    (void)DeleteLink(slot);
     return std::unexpected(std::move(e).Wrap("giving " + sandbox + " a network"));
   };
   if (make_link) {
-    // A fresh namespace (what an interrupted run left at this slot goes first), a veth with
-    // no IPv6 addresses at either end, the /30, loopback up, a default route via the host.
-    (void)RunProgram({"ip", "netns", "del", ns});
-    const std::string host = "netns add " + ns + "\nlink add " + veth +
-                             " type veth peer name eth0 netns " + ns + "\nlink set dev " + veth +
-                             " addrgenmode none\naddr add " + gw + "/30 dev " + veth +
-                             "\nlink set " + veth + " up\n";
-    const std::string inside = "link set lo up\nlink set dev eth0 addrgenmode none\naddr add " +
-                               addr + "/30 dev eth0\nlink set eth0 up\nroute add default via " +
-                               gw + "\n";
-    if (auto st = RunProgramOk({"ip", "-b", "-"}, host); !st) return undo(st.error());
-    if (auto st = RunProgramOk({"ip", "-n", ns, "-b", "-"}, inside); !st) return undo(st.error());
+    if (auto st = MakeLink(slot); !st) return undo(st.error());
   }
   NetworkPolicy policy = WithHostDenied(given);
   Status moded = policy.mode() == NetworkMode::kOpen ? firewall_->SetMode(veth, FirewallMode::kOpen)
@@ -343,7 +437,7 @@ Result<Attachment> Networks::Join(const std::string& sandbox, uint32_t slot,
   }
   Attachment a;
   a.slot = slot;
-  a.netns_path = "/run/netns/" + ns;
+  a.netns_path = "/run/netns/" + NetnsName(slot);
   a.gateway = gw;
   a.address = addr;
   if (attached->policy.mode() == NetworkMode::kAllowlist) {
@@ -393,12 +487,16 @@ Status Networks::Detach(const std::string& sandbox) {
   }
   if (attached->stub) attached->stub->Stop();
   proxy_->Recheck(attached->address);  // no policy now: every connection of it closes
-  (void)firewall_->Remove(VethName(attached->slot));
-  if (auto st = RunProgramOk({"ip", "netns", "del", NetnsName(attached->slot)}); !st) {
+  if (auto st = firewall_->Remove(VethName(attached->slot)); !st) {
     return std::unexpected(st.error().Wrap("removing the network of " + sandbox));
   }
-  std::lock_guard lock(mu_);
-  used_[attached->slot] = false;
+  // Nothing of it can send now; the link goes in the background (the slot stays taken until
+  // it is gone).
+  {
+    std::lock_guard lock(mu_);
+    doomed_.push_back(attached->slot);
+  }
+  cv_.notify_all();
   return {};
 }
 

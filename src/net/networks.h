@@ -12,6 +12,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/udp.hpp>
 #include <cstdint>
+#include <condition_variable>
 #include <deque>
 #include <map>
 #include <memory>
@@ -38,6 +39,9 @@ struct NetworksConfig {
   std::string uplink;                     // where "open" sandboxes go out; "": no open mode
   std::vector<boost::asio::ip::udp::endpoint> dns_upstream;  // "": the host's resolv.conf
   std::vector<Cidr> host_denied;  // ranges no sandbox reaches (the host's own addresses, ...)
+  // Links (namespace, veth, addresses) made ahead of time, so that a create takes one instead
+  // of starting `ip` twice. 0: every link is made at its create.
+  size_t warm_links = 4;
   // The egress proxy's port; 0: any. Sandboxes have it in their HTTP_PROXY, so a restarted
   // daemon asks for the port it had (adopted sandboxes keep working).
   uint16_t proxy_port = 0;
@@ -89,6 +93,9 @@ class Networks {
   [[nodiscard]] Status Detach(const std::string& sandbox);
   // Deletes this daemon's namespaces that no attached sandbox holds (after recovery); how many.
   int RemoveUnclaimed();
+  // Starts the thread that makes links ahead (config.warm_links) and takes detached ones
+  // apart. Call after recovery (RemoveUnclaimed), so that it never races it.
+  void StartMaintainer();
 
   // The sandbox's verdicts, oldest first (the newest kMaxEvents).
   static constexpr size_t kMaxEvents = 1000;
@@ -102,6 +109,10 @@ class Networks {
   explicit Networks(NetworksConfig config);
   Result<Attachment> Join(const std::string& sandbox, uint32_t slot, const NetworkPolicy& policy,
                           bool make_link);
+  Status MakeLink(uint32_t slot);    // the namespace and the veth of a slot, configured
+  Status DeleteLink(uint32_t slot);  // both gone; one that is not there is not an error
+  bool TakeSlotLocked(uint32_t& slot);
+  void Maintain();
   std::optional<NetworkPolicy> PolicyFor(const IpAddress& client) const;
   void Record(const IpAddress& client, NetworkEvent event);
   NetworkPolicy WithHostDenied(NetworkPolicy policy) const;
@@ -121,6 +132,12 @@ class Networks {
 
   mutable std::mutex mu_;
   std::vector<bool> used_;  // by slot
+  uint32_t next_slot_ = 0;  // where the search for a free slot starts
+  std::deque<uint32_t> ready_;   // slots with a link made ahead, not attached
+  std::deque<uint32_t> doomed_;  // slots whose link the maintainer takes apart
+  bool stopping_ = false;
+  std::condition_variable cv_;
+  std::thread maintainer_;
   std::map<std::string, std::shared_ptr<Attached>> by_sandbox_;
   std::map<IpAddress, std::shared_ptr<Attached>> by_address_;
 };

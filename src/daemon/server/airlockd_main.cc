@@ -258,6 +258,7 @@ int main(int argc, char** argv) {
   daemon::Metrics metrics;
   auto recovered = controller.Recover();
   if (!recovered) Die(recovered.error().message());
+  if (networks) networks->StartMaintainer();  // after recovery took back what it adopts
   metrics.SetRecovery(recovered->adopted, recovered->failed, recovered->finished,
                       recovered->orphans_removed);
   controller.StartReaper();
