@@ -20,6 +20,7 @@
 #include <mutex>
 #include <utility>
 
+#include "common/on_pool.h"
 #include "net/tls_client_hello.h"
 
 namespace airlock::net {
@@ -182,27 +183,6 @@ std::string HttpReply(int status, std::string_view phrase, std::string_view body
   return "HTTP/1.1 " + std::to_string(status) + " " + std::string(phrase) +
          "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: " +
          std::to_string(text.size()) + "\r\nConnection: close\r\n\r\n" + text;
-}
-
-// Runs `fn` on `pool` and resumes on the awaiting coroutine's executor with its result. Only
-// pointers are captured: g++ 12 destroys non-trivial temporaries in co_await expressions twice
-// (as in daemon/server/http_server.cc).
-template <typename Fn>
-asio::awaitable<std::invoke_result_t<Fn&>> OnPool(asio::thread_pool& pool, Fn& fn) {
-  using R = std::invoke_result_t<Fn&>;
-  return asio::async_initiate<const asio::use_awaitable_t<>&, void(R)>(
-      [pool_ptr = &pool, fn_ptr = &fn](auto handler) {
-        auto work = asio::make_work_guard(asio::get_associated_executor(handler));
-        asio::post(*pool_ptr, [fn_ptr, handler = std::move(handler),
-                               work = std::move(work)]() mutable {
-          R result = (*fn_ptr)();
-          auto home = work.get_executor();
-          asio::post(home, [handler = std::move(handler), result = std::move(result)]() mutable {
-            handler(std::move(result));
-          });
-        });
-      },
-      asio::use_awaitable);
 }
 
 }  // namespace

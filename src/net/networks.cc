@@ -248,6 +248,18 @@ std::vector<NetworkEvent> Networks::Events(const std::string& sandbox) const {
   return {it->second->events.begin(), it->second->events.end()};
 }
 
+Status Networks::ApplyMode(const std::string& veth, NetworkMode mode) {
+  switch (mode) {
+    case NetworkMode::kOpen:
+      return firewall_->SetMode(veth, FirewallMode::kOpen);
+    case NetworkMode::kAllowlist:
+      return firewall_->SetMode(veth, FirewallMode::kAllowlist);
+    case NetworkMode::kNone:
+      break;
+  }
+  return firewall_->Remove(veth);  // in no set: it can send nothing
+}
+
 Status Networks::MakeLink(uint32_t slot) {
   const std::string ns = NetnsName(slot), veth = VethName(slot);
   const std::string gw = Gateway(slot).to_string(), addr = Address(slot).to_string();
@@ -391,11 +403,7 @@ Result<Attachment> Networks::Join(const std::string& sandbox, uint32_t slot,
     if (auto st = MakeLink(slot); !st) return undo(st.error());
   }
   NetworkPolicy policy = WithHostDenied(given);
-  Status moded = policy.mode() == NetworkMode::kOpen ? firewall_->SetMode(veth, FirewallMode::kOpen)
-                 : policy.mode() == NetworkMode::kAllowlist
-                     ? firewall_->SetMode(veth, FirewallMode::kAllowlist)
-                     : firewall_->Remove(veth);
-  if (!moded) return undo(moded.error());
+  if (auto st = ApplyMode(veth, policy.mode()); !st) return undo(st.error());
 
   auto attached = std::make_shared<Attached>();
   attached->sandbox = sandbox;
@@ -466,11 +474,7 @@ Status Networks::Update(const std::string& sandbox, const NetworkPolicy& given) 
     veth = VethName(it->second->slot);
     address = it->second->address;
   }
-  Status moded = policy.mode() == NetworkMode::kOpen ? firewall_->SetMode(veth, FirewallMode::kOpen)
-                 : policy.mode() == NetworkMode::kAllowlist
-                     ? firewall_->SetMode(veth, FirewallMode::kAllowlist)
-                     : firewall_->Remove(veth);
-  if (!moded) return moded;
+  if (auto st = ApplyMode(veth, policy.mode()); !st) return st;
   proxy_->Recheck(address);
   return {};
 }

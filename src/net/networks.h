@@ -109,6 +109,7 @@ class Networks {
   explicit Networks(NetworksConfig config);
   Result<Attachment> Join(const std::string& sandbox, uint32_t slot, const NetworkPolicy& policy,
                           bool make_link);
+  Status ApplyMode(const std::string& veth, NetworkMode mode);  // the firewall set it is in
   Status MakeLink(uint32_t slot);    // the namespace and the veth of a slot, configured
   Status DeleteLink(uint32_t slot);  // both gone; one that is not there is not an error
   bool TakeSlotLocked(uint32_t& slot);

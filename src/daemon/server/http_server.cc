@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/on_pool.h"
 #include "daemon/api/json.h"
 #include "daemon/api/render.h"
 #include "daemon/api/types.h"
@@ -41,28 +42,6 @@ constexpr auto kWriteTimeout = std::chrono::seconds(60);  // a client that does 
 constexpr uint32_t kMaxHeaderBytes = 16 * 1024;
 constexpr auto kLingerTimeout = std::chrono::seconds(2);  // after an error answer, before close
 constexpr size_t kMaxLingerBytes = 16u << 20;
-
-// Runs `fn` on `pool` and resumes the awaiting coroutine on its own executor with the result.
-// `fn` is taken by reference and must live until the await completes (a local of the awaiting
-// coroutine does). Not a coroutine itself, and only pointers are captured: g++ 12 destroys
-// non-trivial temporaries inside co_await expressions twice.
-template <typename Fn>
-asio::awaitable<std::invoke_result_t<Fn&>> OnPool(asio::thread_pool& pool, Fn& fn) {
-  using R = std::invoke_result_t<Fn&>;
-  return asio::async_initiate<const asio::use_awaitable_t<>&, void(R)>(
-      [pool_ptr = &pool, fn_ptr = &fn](auto handler) {
-        auto work = asio::make_work_guard(asio::get_associated_executor(handler));
-        asio::post(*pool_ptr, [fn_ptr, handler = std::move(handler),
-                               work = std::move(work)]() mutable {
-          R result = (*fn_ptr)();
-          auto home = work.get_executor();
-          asio::post(home, [handler = std::move(handler), result = std::move(result)]() mutable {
-            handler(std::move(result));
-          });
-        });
-      },
-      asio::use_awaitable);
-}
 
 http::response<http::string_body> MakeResponse(HttpReply reply, unsigned version, bool keep_alive) {
   http::response<http::string_body> res{static_cast<http::status>(reply.status), version};
