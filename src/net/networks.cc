@@ -164,10 +164,13 @@ Result<std::unique_ptr<Networks>> Networks::Open(NetworksConfig config) {
   if (!firewall) return std::unexpected(firewall.error());
   n->firewall_ = std::move(*firewall);
   if (!n->config_.uplink.empty()) {
-    // Open sandboxes are routed through the host.
-    std::ofstream forward("/proc/sys/net/ipv4/ip_forward");
-    forward << "1\n";
-    if (!forward.flush()) return Fail(ErrorCode::kInternal, "enabling IPv4 forwarding failed");
+    // Open sandboxes are routed through the host; the setting is put back at stop.
+    std::ifstream("/proc/sys/net/ipv4/ip_forward") >> n->ip_forward_before_;
+    if (n->ip_forward_before_ != "1") {
+      std::ofstream forward("/proc/sys/net/ipv4/ip_forward");
+      forward << "1\n";
+      if (!forward.flush()) return Fail(ErrorCode::kInternal, "enabling IPv4 forwarding failed");
+    }
   }
   n->io_thread_ = std::thread([self] {
     auto work = asio::make_work_guard(self->io_);
@@ -205,6 +208,9 @@ Networks::~Networks() {
   by_sandbox_.clear();
   proxy_.reset();
   firewall_.reset();
+  if (!ip_forward_before_.empty() && ip_forward_before_ != "1") {
+    std::ofstream("/proc/sys/net/ipv4/ip_forward") << ip_forward_before_ << "\n";
+  }
 }
 
 std::string Networks::NetnsName(uint32_t slot) const {

@@ -124,6 +124,7 @@ class Networks {
 
   NetworksConfig config_;
   UniqueFd lock_;       // flock on /run/airlock/network-<id>.lock, held while open
+  std::string ip_forward_before_;  // net.ipv4.ip_forward as found, when an uplink needed it
   uint32_t base_ = 0;   // the subnet's first address, host order
   uint32_t slots_ = 0;  // how many /30s it holds
   boost::asio::io_context io_;
