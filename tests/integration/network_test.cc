@@ -25,8 +25,8 @@ namespace {
 
 using namespace airlock::testing;
 
-// Web sites inside the fake internet: one HTTP listener per address on port 80, in the fake
-// namespace, answering "site <address> host <Host>" and counting connections.
+// Web sites inside the fake internet: HTTP listeners on ports 80 and 8080 of each address, in
+// the fake namespace, answering "site <address> host <Host>" and counting connections.
 class FakeSites {
  public:
   FakeSites(const std::string& netns_path, const std::vector<std::string>& addresses) {
@@ -41,18 +41,21 @@ class FakeSites {
       }
       ::close(ns);
       for (const std::string& a : addresses) {
-        int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        int one = 1;
-        ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        sockaddr_in addr{};
-        addr.sin_family = AF_INET;
-        addr.sin_port = htons(80);
-        ::inet_pton(AF_INET, a.c_str(), &addr.sin_addr);
-        if (::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(s, 64) != 0) {
-          ready.set_value(false);
-          return;
+        for (uint16_t port : {80, 8080}) {
+          int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+          int one = 1;
+          ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+          sockaddr_in addr{};
+          addr.sin_family = AF_INET;
+          addr.sin_port = htons(port);
+          ::inet_pton(AF_INET, a.c_str(), &addr.sin_addr);
+          if (::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+              ::listen(s, 64) != 0) {
+            ready.set_value(false);
+            return;
+          }
+          listeners_.emplace_back(s, port == 80 ? a : a + ":" + std::to_string(port));
         }
-        listeners_.emplace_back(s, a);
       }
       ready.set_value(true);
       Serve();
@@ -65,6 +68,7 @@ class FakeSites {
     for (auto& [fd, a] : listeners_) ::close(fd);
   }
   bool ok() const { return ok_; }
+  // Connections to port 80 of `address` ("ADDRESS:8080" for the other port).
   int hits(const std::string& address) {
     std::lock_guard lock(mu_);
     return hits_[address];
@@ -96,7 +100,8 @@ class FakeSites {
         if (size_t at = request.find("\r\nHost: "); at != std::string::npos) {
           host = request.substr(at + 8, request.find("\r\n", at + 8) - at - 8);
         }
-        const std::string body = "site " + listeners_[i].second + " host " + host + "\n";
+        const std::string& where = listeners_[i].second;
+        const std::string body = "site " + where.substr(0, where.find(':')) + " host " + host + "\n";
         const std::string reply = "HTTP/1.1 200 OK\r\nContent-Length: " +
                                   std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" +
                                   body;
@@ -229,6 +234,32 @@ TEST_F(NetworkTest, AllowlistReachesOnlyItsNamesThroughTheProxyAndItsDns) {
   Run(id, "getent hosts rebind.test", &code);
   EXPECT_NE(code, 0) << "an answer that points at the metadata endpoint is not given";
   EXPECT_EQ(sites_->hits(other_site_), 0);
+  // Raw and packet sockets are refused; IPv6 has no route; other ports of the sites (8080
+  // listens on both) are not reached, by address or by an allowed name.
+  const std::string sockets = Run(id, R"(python3 -c '
+import socket
+out = []
+for args in [(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP), (socket.AF_PACKET, socket.SOCK_RAW, 0)]:
+    try:
+        socket.socket(*args); out.append("open")
+    except OSError:
+        out.append("refused")
+s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM); s.settimeout(2)
+try:
+    s.connect(("2001:db8::1", 80)); out.append("v6-open")
+except OSError:
+    out.append("v6-refused")
+for host in ["allowed.test", ")" + site_ + R"(", ")" + other_site_ + R"("]:
+    for port in [21, 22, 25, 3306, 5432, 6379, 8080, 8443]:
+        c = socket.socket(); c.settimeout(0.5)
+        try:
+            c.connect((host, port)); out.append("%s:%d-open" % (host, port))
+        except OSError:
+            pass
+print(" ".join(out))')");
+  EXPECT_EQ(sockets, "refused refused v6-refused\n");
+  EXPECT_EQ(sites_->hits(site_ + ":8080"), 0);
+  EXPECT_EQ(sites_->hits(other_site_ + ":8080"), 0);
   // Any other port or protocol goes nowhere: not the site, not the host (the daemon's API).
   const std::string port = std::to_string(daemon_->port());
   Run(id, "timeout 3 bash -c 'exec 3<>/dev/tcp/" + site_ + "/22'", &code);
@@ -263,6 +294,18 @@ TEST_F(NetworkTest, APolicyChangeTakesEffectAtOnceAndClosesWhatItNoLongerAllows)
   const std::string after = Run(id, "curl -s -m 10 -w ' %{http_code}' http://other.test/");
   EXPECT_NE(after.find(" 403"), std::string::npos) << after;
   EXPECT_EQ(Run(id, "curl -s -m 10 http://allowed.test/"), "site " + site_ + " host allowed.test\n");
+  // Mode none cuts it off (nothing it sends gets past the firewall); a policy brings it back.
+  ASSERT_EQ(daemon_->Call(http::verb::patch, "/v1/sandboxes/" + id,
+                          json{{"network", {{"mode", "none"}}}}.dump())
+                .status,
+            200);
+  const std::string cut = Run(id, "curl -s -m 3 -w ' %{http_code}' http://allowed.test/");
+  EXPECT_EQ(cut.find("site "), std::string::npos) << cut;
+  ASSERT_EQ(daemon_->Call(http::verb::patch, "/v1/sandboxes/" + id,
+                          json{{"network", {{"mode", "allowlist"}, {"allow", {"allowed.test"}}}}}.dump())
+                .status,
+            200);
+  EXPECT_EQ(Run(id, "curl -s -m 10 http://allowed.test/"), "site " + site_ + " host allowed.test\n");
   // A sandbox made without a network keeps none.
   const std::string plain = CreateSandbox();
   Reply refused = daemon_->Call(http::verb::patch, "/v1/sandboxes/" + plain,
@@ -279,6 +322,9 @@ TEST_F(NetworkTest, OpenModeGoesOutThroughTheUplinkButNotToOtherSandboxesOrTheHo
   EXPECT_EQ(Run(a, "curl -s -m 10 http://" + other_site_ + "/"),
             "site " + other_site_ + " host " + other_site_ + "\n");
   EXPECT_EQ(Run(a, "curl -s -m 10 http://other.test/"), "site " + other_site_ + " host other.test\n");
+  EXPECT_EQ(Run(a, "curl -s -m 10 http://" + other_site_ + ":8080/"),
+            "site " + other_site_ + " host " + other_site_ + ":8080\n");
+  EXPECT_EQ(sites_->hits(other_site_ + ":8080"), 1) << "the positive control of the port sweep";
   // Another sandbox and the host (the uplink's own address) are out of reach.
   const std::string b_address = daemon_->Call(http::verb::get, "/v1/sandboxes/" + b).Json()["network"]["address"];
   Run(b, "timeout 5 python3 -m http.server 8080 --bind 0.0.0.0 >/dev/null 2>&1 &");

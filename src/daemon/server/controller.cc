@@ -1,6 +1,7 @@
 #include "daemon/server/controller.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <set>
@@ -226,10 +227,14 @@ void Controller::RecoverOne(const SandboxRecord& rec, RecoveryReport& report) {
     return;
   }
   if (auto slot = rec.resources.find(kNetSlot); slot != rec.resources.end()) {
+    uint32_t number = 0;
+    const std::string& text = slot->second;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), number);
     auto adopted_net =
-        networks_ ? networks_->Adopt(id, static_cast<uint32_t>(std::stoul(slot->second)),
-                                     PolicyOf(rec))
-                  : Fail(ErrorCode::kUnimplemented, "this airlockd has no sandbox networking");
+        !networks_ ? Fail(ErrorCode::kUnimplemented, "this airlockd has no sandbox networking")
+        : ec != std::errc() || end != text.data() + text.size()
+            ? Fail(ErrorCode::kInternal, "its record names network slot '" + text + "'")
+            : networks_->Adopt(id, number, PolicyOf(rec));
     if (!adopted_net) {
       give_up("airlockd restarted and its network could not be taken back: " +
               adopted_net.error().message());
@@ -485,7 +490,7 @@ Result<SandboxRecord> Controller::Patch(const std::string& id,
   if (!request.metadata.empty()) record = store_.UpdateMetadata(id, std::move(metadata));
   if (record && request.network) {
     // The sandbox's namespace was made (or not) at create: a sandbox without one stays without.
-    if (!networks_ || PolicyOf(*record).mode() == net::NetworkMode::kNone) {
+    if (!networks_ || !record->resources.contains(kNetSlot)) {
       return Fail(ErrorCode::kFailedPrecondition,
                   "sandbox " + id + " was created with network mode \"none\"; its network cannot "
                   "be changed (create it with a network mode to change its policy later)");
