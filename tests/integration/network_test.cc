@@ -159,10 +159,11 @@ class NetworkTest : public DaemonTest {
     fs::permissions(dir_, fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec);
     subnet_ = "10.215." + net_ + ".0/24";
     daemon_.emplace(dir_ + "/state",
-                    std::vector<std::string>{"--network-id", "t" + net_, "--network-subnet",
-                                             subnet_, "--network-uplink", uplink_,
+                    std::vector<std::string>{"--network-subnet", subnet_, "--network-uplink", uplink_,
                                              "--network-dns",
-                                             host_ip_ + ":" + std::to_string(dns_->port())});
+                                             host_ip_ + ":" + std::to_string(dns_->port()),
+                                             "--network-warm-links", "4"});
+    id_ = daemon_->network_id();
     ASSERT_TRUE(daemon_->Start());
   }
   void TearDown() override {
@@ -190,6 +191,7 @@ class NetworkTest : public DaemonTest {
     return doc.value("stdout", "");
   }
 
+  std::string id_;  // the daemon's network id
   std::string net_, fake_ns_, uplink_, host_ip_, site_, other_site_, subnet_;
   std::optional<FakeSites> sites_;
   std::optional<airlock::net::testing::FakeAuthority> dns_;
@@ -347,8 +349,8 @@ TEST_F(NetworkTest, DestroyAndRestartLeaveNoNamespaceVethOrRule) {
   const std::string address =
       daemon_->Call(http::verb::get, "/v1/sandboxes/" + id).Json()["network"]["address"];
   const int slot = (std::stoi(address.substr(address.rfind('.') + 1)) - 2) / 4;
-  const std::string ns = "/run/netns/airlock-t" + net_ + "-" + std::to_string(slot);
-  const std::string veth = "alt" + net_ + "-" + std::to_string(slot);
+  const std::string ns = "/run/netns/airlock-" + id_ + "-" + std::to_string(slot);
+  const std::string veth = "al" + id_ + "-" + std::to_string(slot);
   EXPECT_TRUE(fs::exists(ns));
   // A crash and a restart: the sandbox is adopted with its network, which still works (through
   // the proxy, whose port it has in HTTP_PROXY, and transparently).
@@ -359,7 +361,7 @@ TEST_F(NetworkTest, DestroyAndRestartLeaveNoNamespaceVethOrRule) {
   EXPECT_EQ(Run(id, "curl -s -m 10 http://allowed.test/"), "site " + site_ + " host allowed.test\n");
   ASSERT_EQ(daemon_->Call(http::verb::delete_, "/v1/sandboxes/" + id).status, 204);
   // Out of the firewall's set at once; its namespace and veth go in the background.
-  EXPECT_NE(Sh("nft list set inet airlock_t" + net_ + " allowlist | grep -q '\"" + veth + "\"'"), 0);
+  EXPECT_NE(Sh("nft list set inet airlock_" + id_ + " allowlist | grep -q '\"" + veth + "\"'"), 0);
   for (int i = 0; i < 100 && (fs::exists(ns) || fs::exists("/sys/class/net/" + veth)); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -371,10 +373,10 @@ TEST_F(NetworkTest, DestroyAndRestartLeaveNoNamespaceVethOrRule) {
   int left = 0;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator("/run/netns", ec)) {
-    if (e.path().filename().string().starts_with("airlock-t" + net_ + "-")) ++left;
+    if (e.path().filename().string().starts_with("airlock-" + id_ + "-")) ++left;
   }
   EXPECT_EQ(left, 0);
-  EXPECT_NE(Sh("nft list table inet airlock_t" + net_ + " >/dev/null 2>&1"), 0);
+  EXPECT_NE(Sh("nft list table inet airlock_" + id_ + " >/dev/null 2>&1"), 0);
 }
 
 }  // namespace

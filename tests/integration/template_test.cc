@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "common/elf.h"
 #include "support/airlockd.h"
 
 namespace {
@@ -261,6 +262,9 @@ TEST_F(TemplateTest, SnapshotAndForkCarryTheFileSystem) {
 
 TEST_F(TemplateTest, AnOciImageArchiveIsABaseWithNothingOfTheHost) {
   if (::access("/bin/busybox", X_OK) != 0) GTEST_SKIP() << "/bin/busybox (busybox-static) is absent";
+  if (auto dynamic = airlock::ElfNeedsInterpreter(AIRLOCK_AGENT_PATH); !dynamic || *dynamic) {
+    GTEST_SKIP() << "the agent is dynamically linked (a sanitizer build): no rootfs sandbox";
+  }
   // Image archives are read from the daemon's image_dir only (<state_dir>/images by default).
   const std::string images = daemon_->state_dir() + "/images";
   fs::create_directories(images);
@@ -308,6 +312,9 @@ TEST_F(TemplateTest, AnOciImageArchiveIsABaseWithNothingOfTheHost) {
 }
 
 TEST_F(TemplateTest, ADebianSuiteIsMadeOnceAndSharedByItsTemplates) {
+  if (auto dynamic = airlock::ElfNeedsInterpreter(AIRLOCK_AGENT_PATH); !dynamic || *dynamic) {
+    GTEST_SKIP() << "the agent is dynamically linked (a sanitizer build): no rootfs sandbox";
+  }
   if (RunProcess({"/bin/sh", "-c", "command -v mmdebstrap"}, {}).status != 0) {
     GTEST_SKIP() << "mmdebstrap is not installed (scripts/setup installs it)";
   }

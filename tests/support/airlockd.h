@@ -105,13 +105,33 @@ class Daemon {
  public:
   // `extra_args` go on airlockd's command line after the ones every test needs.
   explicit Daemon(std::string state_dir, std::vector<std::string> extra_args = {})
-      : state_dir_(std::move(state_dir)), extra_args_(std::move(extra_args)) {}
+      : state_dir_(std::move(state_dir)), extra_args_(std::move(extra_args)) {
+    // Networking of its own, named after this test process (two test binaries run at once):
+    // its nftables table, namespaces and veths are found by that name and removed at the end,
+    // also after a SIGKILL; no links made ahead unless a test asks.
+    static const char kDigits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+    const unsigned pid = static_cast<unsigned>(::getpid());
+    network_id_ = std::string("p") + kDigits[pid % 36] + kDigits[(pid / 36) % 36] +
+                  kDigits[(pid / 1296) % 36];
+  }
   Daemon(const Daemon&) = delete;
   ~Daemon() {
     if (pid_ > 0) {
       ::kill(pid_, SIGKILL);
       ::waitpid(pid_, nullptr, 0);
     }
+    RemoveNetworkLeftovers();
+  }
+
+  const std::string& network_id() const { return network_id_; }
+
+  // What a daemon killed before its stop left of its networking (nothing after a clean stop).
+  void RemoveNetworkLeftovers() const {
+    const std::string script =
+        "nft delete table inet airlock_" + network_id_ + " 2>/dev/null; "
+        "for n in $(ls /run/netns 2>/dev/null | grep '^airlock-" + network_id_ + "-'); do "
+        "ip link del al" + network_id_ + "-${n##*-} 2>/dev/null; ip netns del $n; done; true";
+    (void)!std::system(script.c_str());
   }
 
   // Starts airlockd and reads "listening on HOST:PORT" from its stdout.
@@ -124,7 +144,11 @@ class Daemon {
                                      state_dir_,    "--agent",  AIRLOCK_AGENT_PATH,
                                      "--launcher",  AIRLOCK_JAIL_LAUNCHER_PATH,
                                      "--log-level", "debug",
-                                     "--on-shutdown", "destroy"};
+                                     "--on-shutdown", "destroy",
+                                     "--network-id", network_id_,
+                                     "--network-subnet",
+                                     "10.213." + std::to_string(::getpid() % 250) + ".0/24",
+                                     "--network-warm-links", "0"};
     args.insert(args.end(), extra_args_.begin(), extra_args_.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
@@ -196,6 +220,7 @@ class Daemon {
  private:
   std::string state_dir_;
   std::vector<std::string> extra_args_;
+  std::string network_id_;
   pid_t pid_ = -1;
   uint16_t port_ = 0;
   std::string key_;

@@ -5,6 +5,7 @@
 //            [--on-shutdown keep|destroy] [--workers N] [--agent PATH] [--launcher PATH]
 //            [--log-level LEVEL] [--image-dir DIR] [--debian-mirror URL]
 //            [--network-id ID] [--network-subnet CIDR] [--network-uplink IF] [--network-dns LIST]
+//            [--network-warm-links N]
 //
 // The first line on stdout is "listening on HOST:PORT" (with the real port when PORT is 0).
 // At start it reconciles its records with what the engine has (adopting live sandboxes).
@@ -49,7 +50,7 @@ constexpr const char* kUsage =
     "                [--launcher PATH] [--log-level trace|debug|info|warn|error]\n"
     "                [--pool.TEMPLATE N] [--image-dir DIR] [--debian-mirror URL]\n"
     "                [--network-id ID] [--network-subnet CIDR] [--network-uplink IF]\n"
-    "                [--network-dns IP[:PORT],...]\n"
+    "                [--network-dns IP[:PORT],...] [--network-warm-links N]\n"
     "Settings come from the defaults, then the config file (--config, else\n"
     "/etc/airlock/airlockd.toml if it exists), then the flags. See docs/airlockd.md.\n";
 
@@ -226,6 +227,7 @@ int main(int argc, char** argv) {
     nc.id = flags.network_id;
     nc.subnet = flags.network_subnet;
     nc.uplink = flags.network_uplink;
+    nc.warm_links = static_cast<size_t>(flags.network_warm_links);
     auto upstream = ParseDnsServers(flags.network_dns);
     if (!upstream) Die("network_dns: " + upstream.error().message(), 2);
     nc.dns_upstream = std::move(*upstream);

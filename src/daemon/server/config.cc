@@ -94,6 +94,13 @@ Status Config::Set(std::string_view raw_key, std::string_view value) {
     network_uplink = value;
   } else if (key == "network_dns") {
     network_dns = value;
+  } else if (key == "network_warm_links") {
+    int n = 0;
+    auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+    if (ec != std::errc() || end != value.data() + value.size() || n < 0 || n > 256) {
+      return Fail(ErrorCode::kInvalidArgument, "network_warm_links must be a number from 0 to 256");
+    }
+    network_warm_links = n;
   } else if (key == "agent") {
     agent = value;
   } else if (key == "launcher") {

@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "common/elf.h"
 #include "common/ids.h"
 #include "common/syscall.h"
 #include "runtime/jail/contain.h"
@@ -169,6 +170,9 @@ Result<std::unique_ptr<JailRuntime>> JailRuntime::Open(JailOptions options) {
     }
   }
   if (auto st = rt->PrepareTemplates(); !st) return std::unexpected(st.error());
+  auto interp = ElfNeedsInterpreter(rt->options_.agent_path);
+  if (!interp) return std::unexpected(interp.error().Wrap("jail engine: the agent"));
+  rt->agent_static_ = !*interp;
   if (auto st = rt->layers_.Prepare(); !st) return std::unexpected(st.error());
   // The seccomp policy is compiled once and handed to every launcher, sealed.
   auto seccomp = SeccompProgram::Compile();
@@ -252,6 +256,11 @@ Result<std::unique_ptr<runtime::Sandbox>> JailRuntime::Create(const SandboxSpec&
   }
   if (spec.template_name == runtime::kRootfsRoot && spec.layers.empty()) {
     return Fail(ErrorCode::kInvalidArgument, "a rootfs sandbox needs the layer that holds its root");
+  }
+  if (spec.template_name == runtime::kRootfsRoot && !agent_static_) {
+    return Fail(ErrorCode::kUnimplemented,
+                "a sandbox on its own root file system needs a statically linked airlock-agent; "
+                "this one is dynamic (a sanitizer build?)");
   }
   if (spec.layers.size() > kMaxLayers) {
     return Fail(ErrorCode::kInvalidArgument, "a sandbox stacks at most " +

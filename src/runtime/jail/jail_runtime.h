@@ -58,6 +58,9 @@ class JailRuntime : public runtime::Runtime {
                                                     const std::string& dir) override;
 
   const CgroupLayout& cgroup_layout() const { return layout_; }
+  // Whether the agent is statically linked (a sanitizer build's is not), which a sandbox on its
+  // own root file system needs: no host /usr holds its interpreter there.
+  bool agent_is_static() const { return agent_static_; }
   std::string SandboxDir(const std::string& id) const;
   std::string TemplateDir(const std::string& name) const;
   std::string StagingDir() const;  // where ImportLayer's trees are written
@@ -90,6 +93,7 @@ class JailRuntime : public runtime::Runtime {
   LayerStore layers_;
   std::vector<std::string> ro_binds_;  // host top-level dirs that are not symlinks into /usr
   UniqueFd seccomp_bpf_;               // the policy, compiled once: a sealed memfd
+  bool agent_static_ = true;
   std::mutex mu_;
   std::map<std::string, Live> live_;
 };
