@@ -52,7 +52,6 @@ std::vector<asio::ip::udp::endpoint> HostNameservers() {
   return out;
 }
 
-std::string_view EventKind(EgressEvent::Kind kind) { return KindName(kind); }
 
 // Every address of the host's interfaces, each as its own /32 or /128: no sandbox reaches the
 // host's services through the proxy or by name.
@@ -129,7 +128,7 @@ Result<std::unique_ptr<Networks>> Networks::Open(NetworksConfig config) {
   };
   hooks.on_event = [self](const EgressEvent& e) {
     NetworkEvent event;
-    event.kind = std::string(EventKind(e.kind));
+    event.kind = std::string(KindName(e.kind));
     event.name = e.name;
     event.sni = e.sni;
     event.host = e.host;

@@ -62,6 +62,17 @@ Result<std::string> ParseValue(std::string_view raw) {
   return out;
 }
 
+// A whole decimal number from lo to hi, or an error naming the setting.
+Result<int> ParseIntIn(const std::string& key, std::string_view value, int lo, int hi) {
+  int n = 0;
+  auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+  if (ec != std::errc() || end != value.data() + value.size() || n < lo || n > hi) {
+    return Fail(ErrorCode::kInvalidArgument, key + " must be a number from " + std::to_string(lo) +
+                                                 " to " + std::to_string(hi));
+  }
+  return n;
+}
+
 }  // namespace
 
 Status Config::Set(std::string_view raw_key, std::string_view value) {
@@ -95,12 +106,9 @@ Status Config::Set(std::string_view raw_key, std::string_view value) {
   } else if (key == "network_dns") {
     network_dns = value;
   } else if (key == "network_warm_links") {
-    int n = 0;
-    auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-    if (ec != std::errc() || end != value.data() + value.size() || n < 0 || n > 256) {
-      return Fail(ErrorCode::kInvalidArgument, "network_warm_links must be a number from 0 to 256");
-    }
-    network_warm_links = n;
+    auto n = ParseIntIn(key, value, 0, 256);
+    if (!n) return std::unexpected(n.error());
+    network_warm_links = *n;
   } else if (key == "agent") {
     agent = value;
   } else if (key == "launcher") {
@@ -122,25 +130,18 @@ Status Config::Set(std::string_view raw_key, std::string_view value) {
       return Fail(ErrorCode::kInvalidArgument, "on_shutdown must be keep or destroy");
     }
   } else if (key == "workers") {
-    int n = 0;
-    auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-    if (ec != std::errc() || end != value.data() + value.size() || n < 1 || n > 1024) {
-      return Fail(ErrorCode::kInvalidArgument, "workers must be a number from 1 to 1024");
-    }
-    workers = n;
+    auto n = ParseIntIn(key, value, 1, 1024);
+    if (!n) return std::unexpected(n.error());
+    workers = *n;
   } else if (key.starts_with("pool.")) {
     // A TOML dotted key: pool.<template>. The template must exist; main checks that.
     const std::string name = key.substr(5);
     if (auto valid = api::CheckTemplateName(name); !valid) {
       return Fail(ErrorCode::kInvalidArgument, key + ": " + valid.error().message());
     }
-    int n = 0;
-    auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-    if (ec != std::errc() || end != value.data() + value.size() || n < 0 || n > api::kMaxPoolSize) {
-      return Fail(ErrorCode::kInvalidArgument,
-                  key + " must be a number from 0 to " + std::to_string(api::kMaxPoolSize));
-    }
-    pools[name] = n;
+    auto n = ParseIntIn(key, value, 0, static_cast<int>(api::kMaxPoolSize));
+    if (!n) return std::unexpected(n.error());
+    pools[name] = *n;
   } else {
     return Fail(ErrorCode::kInvalidArgument, "unknown setting '" + std::string(raw_key) + "'");
   }
