@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/build_id.h"
 #include "common/log.h"
 #include "common/syscall.h"
 
@@ -34,7 +35,7 @@ constexpr size_t kChannelReadPerEvent = 1 << 20;
 // command's process group.
 constexpr int kHandledSignals[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 
-std::string BuildId() { return std::string("airlock-agent ") + AIRLOCK_BUILD_ID; }
+std::string BuildId() { return std::string("airlock-agent ") + kBuildId; }
 
 }  // namespace
 

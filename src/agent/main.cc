@@ -20,6 +20,7 @@
 #include <string>
 
 #include "agent/agent.h"
+#include "common/build_id.h"
 #include "common/log.h"
 
 namespace {
@@ -154,7 +155,7 @@ int main(int argc, char** argv) {
         options.exec.drop_caps = true;
         break;
       case kVersion:
-        std::printf("airlock-agent %s\n", AIRLOCK_BUILD_ID);
+        std::printf("airlock-agent %s\n", airlock::kBuildId);
         return 0;
       case kHelp:
         Usage(stdout);
@@ -211,6 +212,6 @@ int main(int argc, char** argv) {
   } else if (auto st = (*agent)->Listen(listen_path); !st) {
     Die(st.error().message());
   }
-  spdlog::debug("airlock-agent {} serving", AIRLOCK_BUILD_ID);
+  spdlog::debug("airlock-agent {} serving", airlock::kBuildId);
   return (*agent)->Run();
 }

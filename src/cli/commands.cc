@@ -14,6 +14,7 @@
 
 #include "cli/args.h"
 #include "cli/table.h"
+#include "common/build_id.h"
 #include "daemon/api/base64.h"
 #include "daemon/api/utf8.h"
 
@@ -565,8 +566,8 @@ Outcome<int> CmdVersion(const CommandArgs& in, Globals& globals) {
   auto args = Parse("version", in, {}, globals);
   if (!args) return std::unexpected(args.error());
   if (args->help) return PrintUsage("version");
-  if (globals.json) return PrintJson({{"version", AIRLOCK_BUILD_ID}});
-  PrintText(std::string("airlock ") + AIRLOCK_BUILD_ID + "\n");
+  if (globals.json) return PrintJson({{"version", kBuildId}});
+  PrintText(std::string("airlock ") + kBuildId + "\n");
   return 0;
 }
 

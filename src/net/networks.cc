@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "common/subprocess.h"
 #include "net/dns.h"
@@ -73,6 +75,39 @@ std::vector<Cidr> HostAddresses() {
   }
   ::freeifaddrs(list);
   return out;
+}
+
+// Writes each {file, value} of `settings` (paths below /proc/sys/net/), as seen from the
+// network namespace at `netns_path` (empty: the daemon's own). /proc/sys/net shows the namespace of the thread that
+// opens it, so a thread of its own joins the namespace and the daemon's other threads stay
+// where they are. A missing file (a kernel without IPv6) is not an error.
+Status WriteNetSysctls(const std::string& netns_path,
+                       const std::vector<std::pair<std::string, std::string>>& settings) {
+  Status status;
+  auto write_all = [&] {
+    if (!netns_path.empty()) {
+      UniqueFd ns(::open(netns_path.c_str(), O_RDONLY | O_CLOEXEC));
+      if (!ns || ::setns(ns.get(), CLONE_NEWNET) != 0) {
+        status = FailErrno("joining " + netns_path, errno);
+        return;
+      }
+    }
+    for (const auto& [name, value] : settings) {
+      const std::string path = "/proc/sys/net/" + name;
+      UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+      if (!fd && errno == ENOENT) continue;
+      if (!fd || ::write(fd.get(), value.data(), value.size()) != ssize_t(value.size())) {
+        status = FailErrno("writing " + path, errno);
+        return;
+      }
+    }
+  };
+  if (netns_path.empty()) {
+    write_all();
+  } else {
+    std::thread(write_all).join();
+  }
+  return status;
 }
 
 }  // namespace
@@ -284,6 +319,18 @@ Status Networks::MakeLink(uint32_t slot) {
                              gw + "\n";
   auto made = RunProgramOk({"ip", "-b", "-"}, host);
   if (made) made = RunProgramOk({"ip", "-n", ns, "-b", "-"}, inside);
+  // No IPv6 on the link at either end, and no router advertisement is heard: whatever a sandbox
+  // sends, the host's routes and addresses stay as they are (the firewall drops its IPv6 too).
+  if (made) {
+    made = WriteNetSysctls("", {{"ipv6/conf/" + veth + "/accept_ra", "0"},
+                                {"ipv6/conf/" + veth + "/disable_ipv6", "1"}});
+  }
+  if (made) {
+    made = WriteNetSysctls("/run/netns/" + ns, {{"ipv6/conf/default/accept_ra", "0"},
+                                                {"ipv6/conf/all/accept_ra", "0"},
+                                                {"ipv6/conf/eth0/accept_ra", "0"},
+                                                {"ipv6/conf/eth0/disable_ipv6", "1"}});
+  }
   if (!made) (void)DeleteLink(slot);
   return made;
 }

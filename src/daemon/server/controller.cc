@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "common/ids.h"
+#include "common/build_id.h"
 #include "common/log.h"
 
 namespace airlock::daemon {
@@ -418,7 +419,7 @@ Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest&
     return fail(std::move(error));
   };
   auto client = protocol::BlockingClient::Connect((*sandbox)->TakeAgentChannel(),
-                                                  "airlockd " AIRLOCK_BUILD_ID);
+                                                  std::string("airlockd ") + kBuildId);
   if (!client) return destroy_and_fail(client.error().Wrap("connecting to the agent"));
   const runtime::SandboxInfo& info = (*sandbox)->info();
   auto live = std::make_shared<Live>();
@@ -609,7 +610,8 @@ Result<Controller::Channel> Controller::Acquire(const std::string& id, bool allo
   }
   auto fd = runtime_.ConnectAgent(id);
   if (!fd) return std::unexpected(Explain(id, std::move(fd.error())));
-  auto client = protocol::BlockingClient::Connect(std::move(*fd), "airlockd " AIRLOCK_BUILD_ID);
+  auto client =
+      protocol::BlockingClient::Connect(std::move(*fd), std::string("airlockd ") + kBuildId);
   if (!client) {
     return std::unexpected(Explain(id, client.error().Wrap("connecting to the agent of " + id)));
   }
