@@ -31,13 +31,6 @@ namespace {
 
 constexpr uid_t kUserUid = 1000;
 
-// The capabilities the agent keeps (all of them namespaced: they act only on ids and processes
-// of its own sandbox). It switches commands to their user (SETUID, SETGID), drops every
-// capability from them before they run (SETPCAP), signals their processes (KILL) and does file
-// operations on files its user may own (CHOWN, DAC_OVERRIDE, FOWNER). Commands get none.
-constexpr int kAgentCaps[] = {CAP_CHOWN,  CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_KILL,
-                              CAP_SETGID, CAP_SETUID,       CAP_SETPCAP};
-
 struct Failure {
   const char* step = nullptr;
   int err = 0;

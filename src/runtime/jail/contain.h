@@ -3,6 +3,7 @@
 // sandbox whose PID 1 is airlock-agent. The steps, in order, are the security argument; they
 // are in one function in contain.cc that reads top to bottom.
 
+#include <linux/capability.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -13,6 +14,20 @@
 #include "common/error.h"
 
 namespace airlock::jail {
+
+// The capabilities the agent keeps (all of them namespaced: they act only on ids and processes
+// of its own sandbox). It switches commands to their user (SETUID, SETGID), drops every
+// capability from them before they run (SETPCAP), signals their processes (KILL) and does file
+// operations on files its user may own (CHOWN, DAC_OVERRIDE, FOWNER). Commands get none.
+inline constexpr int kAgentCaps[] = {CAP_CHOWN,  CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_KILL,
+                                     CAP_SETGID, CAP_SETUID,       CAP_SETPCAP};
+
+// kAgentCaps as a capability mask, as /proc/<pid>/status shows it (CapEff, CapBnd).
+constexpr uint64_t AgentCapabilityMask() {
+  uint64_t mask = 0;
+  for (int cap : kAgentCaps) mask |= uint64_t{1} << cap;
+  return mask;
+}
 
 struct JailConfig {
   std::string id;            // becomes the hostname
