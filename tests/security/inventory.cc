@@ -108,7 +108,8 @@ InventoryTarget::InventoryTarget(pid_t daemon_pid, std::string state_dir, std::s
       // The daemon may sit in a leaf ".../airlockd" beside ".../airlock" (cgroup v2).
       std::string own = m + path;
       if (own.ends_with("/airlockd")) own.resize(own.size() - 9);
-      if (fs::is_directory(own + "/airlock")) cgroup_parents_.push_back(own + "/airlock");
+      // The parent itself goes with the last sandbox in it (cgroups.cc), so it may be absent.
+      if (fs::is_directory(own)) cgroup_parents_.push_back(own + "/airlock");
     }
   }
 }

@@ -281,12 +281,15 @@ std::vector<Bomb> Bombs() {
       {"fd exhaustion", "{}",
        // Eight processes, each opening files until RLIMIT_NOFILE says no, then holding them.
        "for k in 1 2 3 4 5 6 7 8; do bash -c 'n=0; while exec {f}</dev/null; do n=$((n+1)); "
-       "done 2>/dev/null; echo $n > /tmp/fds$k; sleep 1000' & done; wait"},
+       "done 2>/dev/null; echo $n > /tmp/fds$0; sleep 1000' $k & done; wait"},
       {"CPU spin", R"({"cpus": 1})",
        "for k in 1 2 3 4; do (while :; do :; done) & done; wait"},
       {"stdout flood", "{}", "yes 'a line of stdout flood'", /*foreground=*/true},
   };
 }
+
+// For gtest's test names and failure messages.
+void PrintTo(const Bomb& bomb, std::ostream* out) { *out << bomb.name; }
 
 class BombTest : public SoakTest, public ::testing::WithParamInterface<Bomb> {};
 
@@ -365,8 +368,14 @@ TEST_P(BombTest, IsContainedAndTheDaemonAndANeighbourKeepWorking) {
     const std::string oom = CgroupFile(id, "memory.oom_control");
     const int64_t kills = KeyedValue(ReadText(oom.empty() ? CgroupFile(id, "memory.events") : oom),
                                      "oom_kill");
-    limit_hit = out.find("No space left on device") != std::string::npos || kills > 0;
-    detail = "df -i: " + out.substr(0, out.find('\n')) + "; OOM kills " + std::to_string(kills) +
+    const std::string usage_file = CgroupFile(id, "memory.usage_in_bytes").empty()
+                                       ? CgroupFile(id, "memory.current")
+                                       : CgroupFile(id, "memory.usage_in_bytes");
+    const int64_t usage = std::atoll(ReadText(usage_file).c_str());
+    // The writable layer's inodes are capped with its size (one per 4 KiB: 8192 for 32 MiB).
+    limit_hit = out.find("No space left on device") != std::string::npos;
+    detail = "df -i: " + out.substr(0, out.find('\n')) + "; memory use " +
+             std::to_string(usage >> 20) + " MiB; OOM kills " + std::to_string(kills) +
              "; a new file: " +
              (out.find("No space left") != std::string::npos ? "ENOSPC" : out.substr(out.find('\n') + 1));
   } else if (bomb.name == "fd exhaustion") {
