@@ -41,16 +41,19 @@ std::string Out(const std::string& cmd) {
   return out;
 }
 
-// Sends the advertisement from namespace `ns` out of `ifname`, after giving that interface
-// IPv6 and the link-local source address.
+// Gives `ifname` in namespace `ns` IPv6 and fe80::1, the source of the advertisements.
+int PrepareSender(const std::string& ns, const std::string& ifname) {
+  return Sh("ip netns exec " + ns + " sysctl -qw net.ipv6.conf." + ifname +
+            ".disable_ipv6=0 && ip -n " + ns + " addr add fe80::1/64 dev " + ifname + " nodad");
+}
+
+// Sends the advertisement from namespace `ns` out of `ifname`.
 int SendRa(const std::string& ns, const std::string& ifname) {
   const std::string script = "/tmp/airlock-ra-" + std::to_string(::getpid()) + ".py";
   {
     std::ofstream(script) << kSendRa;
   }
-  int rc = Sh("ip netns exec " + ns + " sysctl -qw net.ipv6.conf." + ifname +
-              ".disable_ipv6=0 && ip -n " + ns + " addr add fe80::1/64 dev " + ifname +
-              " nodad && ip netns exec " + ns + " python3 " + script + " " + ifname);
+  int rc = Sh("ip netns exec " + ns + " python3 " + script + " " + ifname);
   ::unlink(script.c_str());
   return rc;
 }
@@ -84,10 +87,12 @@ TEST_F(NetworkIpv6Test, ARouterAdvertisementFromASandboxChangesNothingOnTheHost)
                " sysctl -qw net.ipv6.conf.eth0.accept_ra=2 && ip -n " + a +
                " link set eth0 up && ip -n " + b + " link set eth0 up"),
             0);
-  ASSERT_EQ(SendRa(a, "eth0"), 0);
+  ASSERT_EQ(PrepareSender(a, "eth0"), 0);
+  // Sent until taken: the listener ignores advertisements until its link-local address is up.
   std::string learned;
-  for (int i = 0; i < 50 && learned.find("fe80::1") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int i = 0; i < 20 && learned.find("fe80::1") == std::string::npos; ++i) {
+    ASSERT_EQ(SendRa(a, "eth0"), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
     learned = Out("ip -n " + b + " -6 route show default");
   }
   ASSERT_NE(learned.find("via fe80::1"), std::string::npos)
@@ -113,6 +118,7 @@ TEST_F(NetworkIpv6Test, ARouterAdvertisementFromASandboxChangesNothingOnTheHost)
 
   // ...so the same advertisement, sent from the sandbox's namespace, reaches nothing.
   const std::string host_routes = Out("ip -6 route show");
+  ASSERT_EQ(PrepareSender(netns, "eth0"), 0);
   ASSERT_EQ(SendRa(netns, "eth0"), 0);
   std::this_thread::sleep_for(std::chrono::seconds(1));
   EXPECT_EQ(Out("ip -6 route show"), host_routes);
