@@ -52,7 +52,7 @@ constexpr const char* kUsage =
     "                [--pool.TEMPLATE N] [--image-dir DIR] [--debian-mirror URL]\n"
     "                [--network-id ID] [--network-subnet CIDR] [--network-uplink IF]\n"
     "                [--network-dns IP[:PORT],...] [--network-warm-links N]\n"
-    "                [--network-events-keep N]\n"
+    "                [--network-events-keep N] [--network-events-flush-ms MS]\n"
     "Settings come from the defaults, then the config file (--config, else\n"
     "/etc/airlock/airlockd.toml if it exists), then the flags. See docs/airlockd.md.\n";
 
@@ -226,7 +226,8 @@ int main(int argc, char** argv) {
   // Network verdicts on their way to the store. Declared before the networks, so that it is
   // destroyed (and flushed) after their proxy and stubs have stopped.
   daemon::NetworkEventLog network_events(
-      **store, {.keep = static_cast<int64_t>(flags.network_events_keep)});
+      **store, {.keep = static_cast<int64_t>(flags.network_events_keep),
+                .interval = std::chrono::milliseconds(flags.network_events_flush_ms)});
   std::unique_ptr<net::Networks> networks;
   {
     net::NetworksConfig nc;

@@ -98,6 +98,9 @@ TEST(ConfigTest, NetworkEventsKeepIsACountFromOne) {
         << st.error().message();
   }
   EXPECT_EQ(c.network_events_keep, 250);
+  EXPECT_TRUE(c.Set("network_events_flush_ms", "60000"));
+  EXPECT_EQ(c.network_events_flush_ms, 60000);
+  EXPECT_FALSE(c.Set("network_events_flush_ms", "5"));
 }
 
 TEST(ConfigTest, PoolSizesAreDottedKeysPerTemplate) {
