@@ -538,8 +538,8 @@ TEST(NetworkEventsQueryTest, AfterAndLimitAreBoundedDecimals) {
       {"page", "2"}};
   for (const auto& [name, value] : bad) {
     auto q = NetworkEventsQuery::FromQuery({{name, value}});
-    EXPECT_FALSE(q.has_value()) << name << "=" << value;
-    if (!q) EXPECT_EQ(q.error().code(), ErrorCode::kInvalidArgument);
+    ASSERT_FALSE(q.has_value()) << name << "=" << value;
+    EXPECT_EQ(q.error().code(), ErrorCode::kInvalidArgument);
   }
   EXPECT_FALSE(NetworkEventsQuery::FromQuery({{"after", "1"}, {"after", "2"}}).has_value());
 }
