@@ -118,7 +118,6 @@ struct Networks::Attached {
   IpAddress address;
   NetworkPolicy policy;  // guarded by Networks::mu_
   std::unique_ptr<dns::DnsStub> stub;
-  std::deque<NetworkEvent> events;  // guarded by Networks::mu_
 };
 
 Networks::Networks(NetworksConfig config) : config_(std::move(config)) {}
@@ -272,20 +271,16 @@ std::optional<NetworkPolicy> Networks::PolicyFor(const IpAddress& client) const 
 }
 
 void Networks::Record(const IpAddress& client, NetworkEvent event) {
+  if (!config_.on_event) return;
   event.at_ms = NowMs();
-  std::lock_guard lock(mu_);
-  auto it = by_address_.find(client);
-  if (it == by_address_.end()) return;
-  auto& events = it->second->events;
-  events.push_back(std::move(event));
-  while (events.size() > kMaxEvents) events.pop_front();
-}
-
-std::vector<NetworkEvent> Networks::Events(const std::string& sandbox) const {
-  std::lock_guard lock(mu_);
-  auto it = by_sandbox_.find(sandbox);
-  if (it == by_sandbox_.end()) return {};
-  return {it->second->events.begin(), it->second->events.end()};
+  std::string sandbox;
+  {
+    std::lock_guard lock(mu_);
+    auto it = by_address_.find(client);
+    if (it == by_address_.end()) return;
+    sandbox = it->second->sandbox;
+  }
+  config_.on_event(sandbox, event);
 }
 
 Status Networks::ApplyMode(const std::string& veth, NetworkMode mode) {

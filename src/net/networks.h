@@ -3,7 +3,8 @@
 // is not "none", a /30 from the configured subnet, a network namespace with a veth to the host
 // (made here; the jail joins it), the host side of the veth in the firewall's set for its mode,
 // and a DNS stub on its gateway address. One egress proxy serves every sandbox; the client's
-// address says whose policy applies. Verdicts of the proxy and the stubs are kept per sandbox.
+// address says whose policy applies. Verdicts of the proxy and the stubs go to on_event, with
+// the sandbox they concern.
 //
 // Names come from the slot, so that recovery finds them: namespace airlock-<id>-<slot>
 // (/run/netns), host veth al<id>-<slot>, table inet airlock_<id>; <id> is this daemon's
@@ -14,6 +15,7 @@
 #include <cstdint>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -33,28 +35,6 @@ namespace dns {
 class DnsStub;
 }
 
-struct NetworksConfig {
-  std::string id = "a";                   // [a-z0-9]{1,4}
-  std::string subnet = "10.213.0.0/16";   // IPv4, /16../28: a /30 per sandbox
-  std::string uplink;                     // where "open" sandboxes go out; "": no open mode
-  std::vector<boost::asio::ip::udp::endpoint> dns_upstream;  // "": the host's resolv.conf
-  std::vector<Cidr> host_denied;  // ranges no sandbox reaches (the host's own addresses, ...)
-  // Links (namespace, veth, addresses) made ahead of time, so that a create takes one instead
-  // of starting `ip` twice. 0: every link is made at its create.
-  size_t warm_links = 4;
-  // The egress proxy's port; 0: any. Sandboxes have it in their HTTP_PROXY, so a restarted
-  // daemon asks for the port it had (adopted sandboxes keep working).
-  uint16_t proxy_port = 0;
-};
-
-struct Attachment {
-  uint32_t slot = 0;
-  std::string netns_path;  // for the engine to join
-  std::string gateway;     // the host side: DNS stub and proxy
-  std::string address;     // the sandbox's
-  std::vector<std::string> env;  // HTTP_PROXY and friends (allowlist mode), KEY=VALUE
-};
-
 // One verdict: of the proxy (kind connect, http, tls) or of the DNS stub (kind dns). A
 // connection's end comes as a second event of its kind with allowed set and the byte counts.
 struct NetworkEvent {
@@ -68,6 +48,31 @@ struct NetworkEvent {
   bool closed = false;  // the end of an allowed connection (bytes final)
   std::string rule, reason;
   uint64_t bytes_up = 0, bytes_down = 0;
+};
+
+struct NetworksConfig {
+  std::string id = "a";                   // [a-z0-9]{1,4}
+  std::string subnet = "10.213.0.0/16";   // IPv4, /16../28: a /30 per sandbox
+  std::string uplink;                     // where "open" sandboxes go out; "": no open mode
+  std::vector<boost::asio::ip::udp::endpoint> dns_upstream;  // "": the host's resolv.conf
+  std::vector<Cidr> host_denied;  // ranges no sandbox reaches (the host's own addresses, ...)
+  // Links (namespace, veth, addresses) made ahead of time, so that a create takes one instead
+  // of starting `ip` twice. 0: every link is made at its create.
+  size_t warm_links = 4;
+  // The egress proxy's port; 0: any. Sandboxes have it in their HTTP_PROXY, so a restarted
+  // daemon asks for the port it had (adopted sandboxes keep working).
+  uint16_t proxy_port = 0;
+  // Every verdict of the proxy and the stubs, with its sandbox's id. Called on their thread,
+  // so it must not block (the daemon queues it for the store); empty: verdicts are not kept.
+  std::function<void(const std::string& sandbox, const NetworkEvent& event)> on_event;
+};
+
+struct Attachment {
+  uint32_t slot = 0;
+  std::string netns_path;  // for the engine to join
+  std::string gateway;     // the host side: DNS stub and proxy
+  std::string address;     // the sandbox's
+  std::vector<std::string> env;  // HTTP_PROXY and friends (allowlist mode), KEY=VALUE
 };
 
 class Networks {
@@ -97,9 +102,6 @@ class Networks {
   // apart. Call after recovery (RemoveUnclaimed), so that it never races it.
   void StartMaintainer();
 
-  // The sandbox's verdicts, oldest first (the newest kMaxEvents).
-  static constexpr size_t kMaxEvents = 1000;
-  std::vector<NetworkEvent> Events(const std::string& sandbox) const;
   uint16_t proxy_port() const;
   const NetworksConfig& config() const { return config_; }
 

@@ -158,15 +158,17 @@ class NetworkTest : public DaemonTest {
     dir_ = tmpl;
     fs::permissions(dir_, fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec);
     subnet_ = "10.215." + net_ + ".0/24";
-    daemon_.emplace(dir_ + "/state",
-                    std::vector<std::string>{"--network-subnet", subnet_, "--network-uplink", uplink_,
-                                             "--network-dns",
-                                             host_ip_ + ":" + std::to_string(dns_->port()),
-                                             "--network-warm-links", "4"});
+    daemon_.emplace(dir_ + "/state", Args());
     id_ = daemon_->network_id();
     ASSERT_TRUE(daemon_->Start());
   }
   void TearDown() override {
+    if (keeps_sandboxes_ && daemon_) {
+      // Back to a daemon that destroys its sandboxes as it stops: DaemonTest::TearDown starts
+      // it on the state dir (it adopts what the other one kept) and stops it.
+      if (daemon_->running()) daemon_->Stop(SIGTERM);
+      daemon_.emplace(dir_ + "/state", Args());
+    }
     DaemonTest::TearDown();
     sites_.reset();
     dns_.reset();
@@ -177,6 +179,23 @@ class NetworkTest : public DaemonTest {
   }
 
   static int Sh(const std::string& cmd) { return std::system(cmd.c_str()); }
+
+  // airlockd's flags for this fake internet (after those every test daemon gets).
+  std::vector<std::string> Args() const {
+    return {"--network-subnet", subnet_, "--network-uplink", uplink_, "--network-dns",
+            host_ip_ + ":" + std::to_string(dns_->port()), "--network-warm-links", "4"};
+  }
+  // Restarts the daemon as one that keeps its sandboxes when it stops (TearDown undoes it),
+  // with `extra` flags.
+  ::testing::AssertionResult KeepSandboxesAcrossStops(std::vector<std::string> extra = {}) {
+    if (daemon_->Stop(SIGTERM) != 0) return ::testing::AssertionFailure() << "stopping airlockd";
+    std::vector<std::string> args = Args();
+    args.insert(args.end(), {"--on-shutdown", "keep"});
+    args.insert(args.end(), extra.begin(), extra.end());
+    daemon_.emplace(dir_ + "/state", args);
+    keeps_sandboxes_ = true;
+    return daemon_->Start();
+  }
 
   std::string Create(const json& network) {
     return CreateSandbox(json{{"network", network}}.dump());
@@ -191,6 +210,7 @@ class NetworkTest : public DaemonTest {
     return doc.value("stdout", "");
   }
 
+  bool keeps_sandboxes_ = false;
   std::string id_;  // the daemon's network id
   std::string net_, fake_ns_, uplink_, host_ip_, site_, other_site_, subnet_;
   std::optional<FakeSites> sites_;
@@ -283,6 +303,86 @@ print(" ".join(out))')");
     if (e["name"] == "allowed.test" && e["verdict"] == "allowed" && e["kind"] != "dns") saw_allowed = true;
   }
   EXPECT_TRUE(saw_denied && saw_allowed) << events.body;
+}
+
+TEST_F(NetworkTest, VerdictsAreStoredAndReadBackInPagesAfterARestart) {
+  // The writer's own flushes a minute apart: within the test only the clean stop (and reads)
+  // write verdicts.
+  ASSERT_TRUE(KeepSandboxesAcrossStops({"--network-events-flush-ms", "60000"}));
+  const std::string id = Create({{"mode", "allowlist"}, {"allow", {"allowed.test"}}});
+  ASSERT_FALSE(id.empty());
+  const std::string events = "/v1/sandboxes/" + id + "/network/events";
+  // Allowed (positive control: the site answers) and denied, by the proxy and by the DNS stub.
+  EXPECT_EQ(Run(id, "curl -s -m 10 http://allowed.test/"), "site " + site_ + " host allowed.test\n");
+  const std::string denied = Run(id, "curl -s -m 10 -w ' %{http_code}' http://other.test/");
+  EXPECT_NE(denied.find(" 403"), std::string::npos) << denied;
+  int code = 0;
+  Run(id, "getent hosts other.test", &code);
+  EXPECT_NE(code, 0);
+  EXPECT_EQ(Run(id, "getent hosts allowed.test | cut -d' ' -f1"), site_ + "\n");
+  EXPECT_EQ(sites_->hits(other_site_), 0);
+
+  // A clean stop right away, nothing read before it: what was queued is written as it stops.
+  // The sandbox is kept, and the next start adopts it.
+  ASSERT_EQ(daemon_->Stop(SIGTERM), 0);
+  ASSERT_TRUE(daemon_->Start());
+  ASSERT_EQ(daemon_->Call(http::verb::get, "/v1/sandboxes/" + id).Json()["state"], "running");
+
+  // Every event in one read, then the same in pages of two.
+  Reply all = daemon_->Call(http::verb::get, events + "?limit=1000");
+  ASSERT_EQ(all.status, 200) << all.body;
+  const json whole = all.Json();
+  const json& list = whole["events"];
+  EXPECT_EQ(whole["has_more"], false);
+  EXPECT_EQ(whole["dropped"], 0);
+  EXPECT_EQ(whole["trimmed"], 0);
+  ASSERT_GE(list.size(), 4u) << all.body;
+  EXPECT_EQ(whole["last_seq"], list.back()["seq"]);
+  EXPECT_EQ(whole["next_after"], list.back()["seq"]);
+  for (size_t i = 0; i < list.size(); ++i) EXPECT_EQ(list[i]["seq"], i + 1) << all.body;
+  auto seen = [&](const std::string& name, const std::string& verdict, bool dns) {
+    for (const json& e : list) {
+      if (e["name"] == name && e["verdict"] == verdict && (e["kind"] == "dns") == dns) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(seen("allowed.test", "allowed", false)) << all.body;
+  EXPECT_TRUE(seen("other.test", "denied", false)) << all.body;
+  EXPECT_TRUE(seen("allowed.test", "allowed", true)) << all.body;
+  EXPECT_TRUE(seen("other.test", "denied", true)) << all.body;
+
+  json paged = json::array();
+  int64_t after = 0;
+  for (int pages = 0; pages < 100; ++pages) {
+    Reply r = daemon_->Call(http::verb::get, events + "?after=" + std::to_string(after) + "&limit=2");
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json page = r.Json();
+    EXPECT_LE(page["events"].size(), 2u);
+    for (const json& e : page["events"]) paged.push_back(e);
+    after = page["next_after"].get<int64_t>();
+    if (!page["has_more"].get<bool>()) break;
+  }
+  EXPECT_EQ(paged, list);
+  EXPECT_TRUE(daemon_->Call(http::verb::get, events + "?after=" + std::to_string(after))
+                  .Json()["events"]
+                  .empty());
+
+  // Numbering goes on after the restart: a new verdict comes after the old ones.
+  Run(id, "curl -s -m 10 http://other.test/");
+  Reply next = daemon_->Call(http::verb::get, events + "?after=" + std::to_string(after));
+  const json newer = next.Json();
+  ASSERT_FALSE(newer["events"].empty()) << next.body;
+  EXPECT_EQ(newer["events"][0]["seq"], after + 1) << next.body;
+  EXPECT_EQ(newer["events"][0]["name"], "other.test") << next.body;
+
+  // Bad paging parameters are refused, saying what to change.
+  for (const std::string bad : {"?limit=0", "?limit=1001", "?after=-1", "?after=x", "?page=2"}) {
+    Reply r = daemon_->Call(http::verb::get, events + bad);
+    EXPECT_EQ(r.status, 400) << bad << ": " << r.body;
+  }
+  // A deleted sandbox's events are gone with it from the API.
+  ASSERT_EQ(daemon_->Call(http::verb::delete_, "/v1/sandboxes/" + id).status, 204);
+  EXPECT_EQ(daemon_->Call(http::verb::get, events).status, 404);
 }
 
 TEST_F(NetworkTest, APolicyChangeTakesEffectAtOnceAndClosesWhatItNoLongerAllows) {

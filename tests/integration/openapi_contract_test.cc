@@ -225,8 +225,12 @@ TEST_F(DaemonTest, EveryDocumentedOperationAnswersAsDocumented) {
       {"GET /v1/sandboxes/{id}/files/tar", http::verb::get, s + "/files/tar?path=/tmp/t", ""},
       {"PUT /v1/sandboxes/{id}/files/tar", http::verb::put, s + "/files/tar?path=/tmp/u", ""},
       {"DELETE /v1/sandboxes/{id}/files", http::verb::delete_, s + "/files?path=/tmp/t/f", ""},
-      {"GET /v1/sandboxes/{id}/network/events", http::verb::get, s + "/network/events", "", "",
-       "", [](const Reply& r) { EXPECT_TRUE(r.Json()["events"].is_array()) << r.body; }},
+      {"GET /v1/sandboxes/{id}/network/events", http::verb::get,
+       s + "/network/events?after=0&limit=10", "", "", "",
+       [](const Reply& r) {
+         EXPECT_TRUE(r.Json()["events"].is_array()) << r.body;
+         EXPECT_EQ(r.Json()["has_more"], false) << r.body;
+       }},
       {"POST /v1/sandboxes/{id}/pause", http::verb::post, s + "/pause", ""},
       {"POST /v1/sandboxes/{id}/resume", http::verb::post, s + "/resume", ""},
       {"GET /metrics", http::verb::get, "/metrics", ""},

@@ -219,9 +219,20 @@ class Sandbox:
                                           json_body={"network": dict(policy)}).json()
         return self
 
-    def network_events(self) -> List[Dict[str, Any]]:
-        """The sandbox's recent network verdicts (proxy and DNS), oldest first."""
-        return list(self._client.request("GET", self._path + "/network/events").json()["events"])
+    def network_events(self, after: int = 0, limit: Optional[int] = None) -> List[Dict[str, Any]]:
+        """The sandbox's network verdicts (proxy and DNS) with a `seq` above `after`, oldest
+        first: one page of at most `limit` (the server's default and largest is 1000). Use
+        network_events_page to read on, or to see how many were dropped."""
+        return list(self.network_events_page(after, limit)["events"])
+
+    def network_events_page(self, after: int = 0, limit: Optional[int] = None) -> Dict[str, Any]:
+        """One page of verdicts as the server answers it: `events`, `next_after` (the `after`
+        of the next page), `has_more`, `last_seq`, and the counts `dropped` (verdicts lost
+        before they were stored) and `trimmed` (removed to keep the newest)."""
+        query = [("after", str(int(after)))]
+        if limit is not None:
+            query.append(("limit", str(int(limit))))
+        return dict(self._client.request("GET", self._path + "/network/events", query=query).json())
 
     def __repr__(self) -> str:
         return f"Sandbox(id={self._id!r}, state={self.state!r})"

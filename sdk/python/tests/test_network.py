@@ -34,6 +34,24 @@ def test_allowlist_is_enforced_changed_live_and_on_record(daemon) -> None:
         assert any(e["name"] == "other.invalid" and e["verdict"] == "denied" for e in events)
 
 
+def test_verdicts_are_numbered_and_read_in_pages(daemon) -> None:
+    with _networked(daemon) as sbx:
+        for i in range(3):
+            r = sbx.exec(f"curl -s -m 10 -w ' %{{http_code}}' http://denied-{i}.invalid/")
+            assert r.stdout.endswith(" 403")
+        everything = sbx.network_events()
+        assert [e["seq"] for e in everything] == list(range(1, len(everything) + 1))
+        assert {f"denied-{i}.invalid" for i in range(3)} <= {e["name"] for e in everything}
+        first = sbx.network_events_page(limit=2)
+        assert len(first["events"]) == 2 and first["has_more"]
+        assert first["next_after"] == 2 and first["dropped"] == 0
+        rest = sbx.network_events(after=first["next_after"])
+        assert first["events"] + rest == everything
+        last = sbx.network_events_page(after=everything[-1]["seq"])
+        assert last["events"] == [] and not last["has_more"]
+        assert last["last_seq"] == everything[-1]["seq"]
+
+
 def test_a_sandbox_without_a_network_cannot_be_given_one(daemon) -> None:
     with Sandbox.create(ttl_seconds=600) as sbx:
         assert sbx.network["mode"] == "none"

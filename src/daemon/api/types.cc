@@ -561,6 +561,30 @@ Result<ReplayQuery> ReplayQuery::FromQuery(const QueryParams& params) {
   return query;
 }
 
+Result<NetworkEventsQuery> NetworkEventsQuery::FromQuery(const QueryParams& params) {
+  AIRLOCK_TRY(CheckQueryNames(params, {"after", "limit"}, false));
+  NetworkEventsQuery query;
+  for (const auto& [name, value] : params) {
+    int64_t n = -1;
+    auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+    const bool digits = !value.empty() && value.size() <= 19 && value[0] >= '0' && value[0] <= '9';
+    if (name == "after") {
+      if (!digits || ec != std::errc() || end != value.data() + value.size() || n < 0) {
+        return Invalid("after must be a sequence number (0 or more), got " + Quote(value));
+      }
+      query.after = n;
+    } else {
+      if (!digits || ec != std::errc() || end != value.data() + value.size() || n < 1 ||
+          n > kMaxLimit) {
+        return Invalid("limit must be from 1 to " + std::to_string(kMaxLimit) + ", got " +
+                       Quote(value));
+      }
+      query.limit = n;
+    }
+  }
+  return query;
+}
+
 Result<int32_t> ParsePid(std::string_view text) {
   int32_t pid = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), pid);

@@ -264,6 +264,14 @@ struct ReplayQuery {
   [[nodiscard]] static Result<ReplayQuery> FromQuery(const QueryParams& params);
 };
 
+// GET .../network/events?after=SEQ&limit=N: verdicts with seq > after, oldest first.
+struct NetworkEventsQuery {
+  static constexpr int64_t kMaxLimit = 1000;
+  int64_t after = 0;           // 0 .. 2^63-1
+  int64_t limit = kMaxLimit;   // 1 .. kMaxLimit
+  [[nodiscard]] static Result<NetworkEventsQuery> FromQuery(const QueryParams& params);
+};
+
 // "KEY=VALUE" strings, as runtime::SandboxSpec and the agent protocol take them.
 std::vector<std::string> EnvList(const EnvMap& env);
 

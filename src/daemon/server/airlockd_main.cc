@@ -35,6 +35,7 @@
 #include "daemon/server/controller.h"
 #include "daemon/server/http_server.h"
 #include "daemon/server/metrics.h"
+#include "daemon/server/network_event_log.h"
 #include "daemon/server/router.h"
 #include "daemon/store/store.h"
 #include "runtime/jail/jail_runtime.h"
@@ -51,6 +52,7 @@ constexpr const char* kUsage =
     "                [--pool.TEMPLATE N] [--image-dir DIR] [--debian-mirror URL]\n"
     "                [--network-id ID] [--network-subnet CIDR] [--network-uplink IF]\n"
     "                [--network-dns IP[:PORT],...] [--network-warm-links N]\n"
+    "                [--network-events-keep N] [--network-events-flush-ms MS]\n"
     "Settings come from the defaults, then the config file (--config, else\n"
     "/etc/airlock/airlockd.toml if it exists), then the flags. See docs/airlockd.md.\n";
 
@@ -221,9 +223,17 @@ int main(int argc, char** argv) {
 
   // Sandbox networking: without it (no nftables, no iproute2) sandboxes get network mode
   // "none" only, and a create that asks for more is refused, saying so.
+  // Network verdicts on their way to the store. Declared before the networks, so that it is
+  // destroyed (and flushed) after their proxy and stubs have stopped.
+  daemon::NetworkEventLog network_events(
+      **store, {.keep = static_cast<int64_t>(flags.network_events_keep),
+                .interval = std::chrono::milliseconds(flags.network_events_flush_ms)});
   std::unique_ptr<net::Networks> networks;
   {
     net::NetworksConfig nc;
+    nc.on_event = [&network_events](const std::string& sandbox, const net::NetworkEvent& event) {
+      network_events.Add(sandbox, event);
+    };
     nc.id = flags.network_id;
     nc.subnet = flags.network_subnet;
     nc.uplink = flags.network_uplink;
@@ -255,6 +265,7 @@ int main(int argc, char** argv) {
   }
   daemon::Controller controller(**store, **runtime);
   controller.SetNetworks(networks.get());
+  controller.SetNetworkEventLog(&network_events);
   controller.SetImageSources(
       {flags.image_dir.empty() ? flags.state_dir + "/images" : flags.image_dir, flags.debian_mirror});
   daemon::Metrics metrics;

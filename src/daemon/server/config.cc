@@ -109,6 +109,14 @@ Status Config::Set(std::string_view raw_key, std::string_view value) {
     auto n = ParseIntIn(key, value, 0, 256);
     if (!n) return std::unexpected(n.error());
     network_warm_links = *n;
+  } else if (key == "network_events_keep") {
+    auto n = ParseIntIn(key, value, 1, 1'000'000);
+    if (!n) return std::unexpected(n.error());
+    network_events_keep = *n;
+  } else if (key == "network_events_flush_ms") {
+    auto n = ParseIntIn(key, value, 10, 60'000);
+    if (!n) return std::unexpected(n.error());
+    network_events_flush_ms = *n;
   } else if (key == "agent") {
     agent = value;
   } else if (key == "launcher") {

@@ -51,6 +51,8 @@ struct Config {
   std::string network_uplink;
   std::string network_dns;
   int network_warm_links = 4;  // links made ahead, so a networked create starts no process
+  int network_events_keep = 10000;  // stored network verdicts per sandbox, the newest
+  int network_events_flush_ms = 250;  // how often queued verdicts are written at most
   // Warm pool size per template ("pool.<template> = N", 0..api::kMaxPoolSize). A size set through
   // PUT /v1/pools/{template} is kept in the store and wins over this one.
   std::map<std::string, int> pools;

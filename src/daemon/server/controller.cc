@@ -514,11 +514,18 @@ void Controller::DetachNetwork(const std::string& id) {
   if (auto st = networks_->Detach(id); !st) spdlog::error("{}", st.error().message());
 }
 
-Result<std::vector<net::NetworkEvent>> Controller::NetworkEvents(const std::string& id) {
+Result<store::NetworkEventPage> Controller::NetworkEvents(const std::string& id,
+                                                          const api::NetworkEventsQuery& query) {
   auto record = Get(id);
   if (!record) return std::unexpected(record.error());
-  if (!networks_) return std::vector<net::NetworkEvent>{};
-  return networks_->Events(id);
+  if (network_events_) {
+    // What is queued is older than this call: the reader sees it. A failed write is counted
+    // as dropped and said in the log; the page is still served.
+    if (auto st = network_events_->Flush(); !st) {
+      spdlog::error("storing network verdicts: {}", st.error().message());
+    }
+  }
+  return store_.NetworkEvents(id, query.after, query.limit);
 }
 
 Status Controller::FinishDestroy(const std::string& id) {

@@ -23,6 +23,7 @@
 #include "daemon/api/render.h"
 #include "daemon/api/types.h"
 #include "daemon/server/metrics.h"
+#include "daemon/server/network_event_log.h"
 #include "daemon/store/store.h"
 #include "protocol/client.h"
 #include "net/networks.h"
@@ -103,6 +104,9 @@ class Controller {
   void SetImageSources(ImageSources sources) { images_ = std::move(sources); }
   // Call before Recover; without it (or with nullptr) only network mode "none" is served.
   void SetNetworks(net::Networks* networks) { networks_ = networks; }
+  // Where the verdicts of the networks go on their way to the store; NetworkEvents flushes it
+  // before reading. Call before serving; it outlives the controller.
+  void SetNetworkEventLog(NetworkEventLog* log) { network_events_ = log; }
 
   // Call once at start, before serving. Brings every record and every engine resource into
   // agreement: running / paused sandboxes whose agent is alive are adopted (held as if created
@@ -184,8 +188,10 @@ class Controller {
   [[nodiscard]] Status WriteTar(const std::string& id, const api::FileQuery& query,
                                 std::string_view tar);
 
-  // The sandbox's recent network verdicts (proxy and DNS), oldest first.
-  [[nodiscard]] Result<std::vector<net::NetworkEvent>> NetworkEvents(const std::string& id);
+  // The sandbox's stored network verdicts (proxy and DNS) after `query.after`, oldest first,
+  // with those made up to this call included; 404 as Get.
+  [[nodiscard]] Result<store::NetworkEventPage> NetworkEvents(const std::string& id,
+                                                              const api::NetworkEventsQuery& query);
 
   // Shutdown: destroys every sandbox this process holds, pooled ones too. Call after the server
   // has stopped and its workers are joined. (Not calling it keeps them for adoption by the next
@@ -384,6 +390,7 @@ class Controller {
 
   ImageSources images_;
   net::Networks* networks_ = nullptr;
+  NetworkEventLog* network_events_ = nullptr;
   std::recursive_mutex layers_mu_;
   int layer_pins_ = 0;                // LayerPins alive; guarded by layers_mu_
   bool collection_deferred_ = false;  // a CollectLayers a pin held off; guarded by layers_mu_

@@ -106,31 +106,39 @@ api::SandboxView ToView(const SandboxRecord& r) {
   return v;
 }
 
-// {"events": [{"time", "kind", "name", "sni"?, "host"?, "dest"?, "port", "verdict", "rule",
-//  "reason", "bytes_up"?, "bytes_down"?}]}
-std::string RenderNetworkEvents(const std::vector<net::NetworkEvent>& events) {
+// {"events": [{"seq", "time", "kind", "name", "sni"?, "host"?, "dest"?, "port", "verdict",
+//  "rule", "reason", "bytes_up"?, "bytes_down"?}], "next_after", "has_more", "last_seq",
+//  "dropped", "trimmed"}
+std::string RenderNetworkEvents(const store::NetworkEventPage& page, int64_t after) {
   nlohmann::json list = nlohmann::json::array();
-  for (const net::NetworkEvent& e : events) {
+  for (const store::NetworkEventRecord& e : page.events) {
     nlohmann::json one = {
+        {"seq", e.seq},
         {"time", api::FormatTimestamp(FromMs(e.at_ms))},
         {"kind", e.kind},
         {"name", e.name},
         {"port", e.port},
-        {"verdict", e.closed ? "closed" : e.allowed ? "allowed" : "denied"},
+        {"verdict", e.verdict},
         {"rule", e.rule},
         {"reason", e.reason},
     };
     if (!e.sni.empty()) one["sni"] = e.sni;
     if (!e.host.empty()) one["host"] = e.host;
     if (!e.dest.empty()) one["dest"] = e.dest;
-    if (e.closed) {
+    if (e.verdict == "closed") {
       one["bytes_up"] = e.bytes_up;
       one["bytes_down"] = e.bytes_down;
     }
     list.push_back(std::move(one));
   }
-  return nlohmann::json{{"events", std::move(list)}}.dump(-1, ' ', false,
-                                                          nlohmann::json::error_handler_t::replace);
+  const int64_t next_after = page.events.empty() ? after : page.events.back().seq;
+  return nlohmann::json{{"events", std::move(list)},
+                        {"next_after", next_after},
+                        {"has_more", page.more},
+                        {"last_seq", page.last_seq},
+                        {"dropped", page.dropped},
+                        {"trimmed", page.trimmed}}
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 api::PoolView ToPoolView(const PoolStats& p) {
@@ -296,6 +304,15 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
   if (route == Route::kProcesses) {
     return Processes(request, id, std::span(parts).subspan(4), raw_query);
   }
+  if (route == Route::kNetworkEvents) {
+    auto params = api::ParseQueryString(raw_query);
+    if (!params) return ErrorReply(params.error());
+    auto query = api::NetworkEventsQuery::FromQuery(*params);
+    if (!query) return ErrorReply(query.error());
+    auto page = controller_.NetworkEvents(id, *query);
+    if (!page) return ErrorReply(page.error());
+    return {200, RenderNetworkEvents(*page, query->after), ""};
+  }
   if (!raw_query.empty()) {
     return ErrorReply(Error(ErrorCode::kInvalidArgument, "this route takes no query string"));
   }
@@ -333,11 +350,6 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
     }
     case Route::kResume:
       return SandboxReply(200, controller_.Resume(id));
-    case Route::kNetworkEvents: {
-      auto events = controller_.NetworkEvents(id);
-      if (!events) return ErrorReply(events.error());
-      return {200, RenderNetworkEvents(*events), ""};
-    }
     case Route::kExec: {
       auto exec = api::ExecRequest::FromJson(request.body);
       if (!exec) return ErrorReply(exec.error());
@@ -364,7 +376,8 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
     }
     case Route::kFiles:
     case Route::kProcesses:
-      break;
+    case Route::kNetworkEvents:
+      break;  // served above
   }
   return NotFoundRoute(path);
 }

@@ -65,6 +65,8 @@ class Statement {
   [[nodiscard]] Result<bool> Step();
   // Runs a statement that returns no rows.
   [[nodiscard]] Status Run();
+  // Makes the statement ready to run again, from its first row; bindings stay until rebound.
+  void Reset() { sqlite3_reset(stmt_.get()); }
 
   std::string ColumnText(int col) const;
   int64_t ColumnInt(int col) const { return sqlite3_column_int64(stmt_.get(), col); }

@@ -80,6 +80,34 @@ CREATE TABLE templates (
     R"sql(
 ALTER TABLE sandboxes ADD COLUMN network TEXT NOT NULL DEFAULT '';
 )sql",
+    // 5: the network verdicts of each sandbox, numbered per sandbox, and its counters (the
+    // last number given out; verdicts lost before the store; stored ones removed by the cap).
+    // Both go with the sandbox's record.
+    R"sql(
+CREATE TABLE network_events (
+  sandbox_id TEXT NOT NULL REFERENCES sandboxes (id) ON DELETE CASCADE,
+  seq        INTEGER NOT NULL,
+  at_ms      INTEGER NOT NULL,
+  kind       TEXT NOT NULL,
+  name       TEXT NOT NULL,
+  sni        TEXT NOT NULL,
+  host       TEXT NOT NULL,
+  dest       TEXT NOT NULL,
+  port       INTEGER NOT NULL,
+  verdict    TEXT NOT NULL CHECK (verdict IN ('allowed', 'denied', 'closed')),
+  rule       TEXT NOT NULL,
+  reason     TEXT NOT NULL,
+  bytes_up   INTEGER NOT NULL,
+  bytes_down INTEGER NOT NULL,
+  PRIMARY KEY (sandbox_id, seq)
+) STRICT, WITHOUT ROWID;
+CREATE TABLE network_event_counters (
+  sandbox_id TEXT PRIMARY KEY NOT NULL REFERENCES sandboxes (id) ON DELETE CASCADE,
+  last_seq   INTEGER NOT NULL,
+  dropped    INTEGER NOT NULL,
+  trimmed    INTEGER NOT NULL
+) STRICT;
+)sql",
 };
 
 constexpr std::string_view kColumns =

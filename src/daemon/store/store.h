@@ -1,6 +1,7 @@
 #pragma once
-// Store: airlockd's durable records (sandboxes and API keys) in one SQLite database in WAL
-// mode under the state dir. docs/design/store.md has the schema and the durability argument.
+// Store: airlockd's durable records (sandboxes, templates, API keys, network verdicts) in one
+// SQLite database in WAL mode under the state dir. docs/design/store.md has the schema and the
+// durability argument.
 //
 // Contract shared by every method:
 //  - Thread-safe: one connection behind one mutex, so calls are serialized. Each call is a
@@ -77,6 +78,38 @@ struct TemplateRecord {
   int64_t updated_at_ms = 0;        // set by the store on every write
   std::string error;                // why a build failed
   bool operator==(const TemplateRecord&) const = default;
+};
+
+// One network verdict of a sandbox's egress proxy or DNS stub, as stored (docs/design/network.md,
+// "Verdicts"). The API's NetworkEvents schema shows the same fields.
+struct NetworkEventRecord {
+  int64_t seq = 0;    // per sandbox, from 1, in the order the verdicts were made; set by the store
+  int64_t at_ms = 0;  // unix ms
+  std::string kind;   // dns, connect, http, tls
+  std::string name;   // what was asked for: a name, or an address as text
+  std::string sni, host;
+  std::string dest;  // the address dialled, or the addresses a DNS answer gave
+  int64_t port = 0;
+  std::string verdict;  // allowed, denied, closed (an allowed connection ended; bytes final)
+  std::string rule, reason;
+  int64_t bytes_up = 0, bytes_down = 0;
+  bool operator==(const NetworkEventRecord&) const = default;
+};
+
+// What one write appends for one sandbox.
+struct NetworkEventBatch {
+  std::string sandbox;
+  std::vector<NetworkEventRecord> events;  // oldest first; their seq is ignored
+  int64_t dropped = 0;  // verdicts lost before they reached the store (a full queue)
+};
+
+// One page of a sandbox's verdicts.
+struct NetworkEventPage {
+  std::vector<NetworkEventRecord> events;  // seq > after, oldest first, at most `limit`
+  bool more = false;       // events after the last one returned are stored
+  int64_t last_seq = 0;    // the newest seq given out (0: none yet)
+  int64_t dropped = 0;     // verdicts lost before the store, ever (they have no seq)
+  int64_t trimmed = 0;     // stored verdicts removed to keep the newest `keep`
 };
 
 struct ListFilter {
@@ -187,6 +220,19 @@ class Store {
   [[nodiscard]] Status SetPoolSize(std::string_view template_name, int64_t size);
   // Every pool size recorded by SetPoolSize.
   [[nodiscard]] Result<std::map<std::string, int64_t>> PoolSizes();
+
+  // --- Network verdicts (network_events.cc; docs/design/network.md) ----------------------
+
+  // Appends each batch's events to its sandbox's, numbered on from its last seq, adds its
+  // dropped count, then removes all but the newest `keep` (>= 1) of that sandbox: one
+  // transaction for every batch. A batch whose sandbox has no record (purged meanwhile) is
+  // skipped. Events of a sandbox go when its record is deleted or purged.
+  [[nodiscard]] Status AppendNetworkEvents(std::span<const NetworkEventBatch> batches,
+                                           int64_t keep);
+  // The sandbox's stored events with seq > `after`, oldest first, at most `limit` (>= 1), and
+  // its counters. A sandbox with no events (or no record) gets an empty page.
+  [[nodiscard]] Result<NetworkEventPage> NetworkEvents(std::string_view id, int64_t after,
+                                                       int64_t limit);
 
   // --- Templates (templates.cc; docs/design/templates.md) ---------------------------------
 

@@ -523,6 +523,27 @@ TEST(FileQueryTest, PathAtTheLimitIsAccepted) {
   ASSERT_TRUE(q.has_value()) << q.error().message();
 }
 
+TEST(NetworkEventsQueryTest, AfterAndLimitAreBoundedDecimals) {
+  auto none = NetworkEventsQuery::FromQuery({});
+  ASSERT_TRUE(none.has_value());
+  EXPECT_EQ(none->after, 0);
+  EXPECT_EQ(none->limit, NetworkEventsQuery::kMaxLimit);
+  auto both = NetworkEventsQuery::FromQuery({{"after", "9223372036854775807"}, {"limit", "1"}});
+  ASSERT_TRUE(both.has_value()) << both.error().message();
+  EXPECT_EQ(both->after, INT64_MAX);
+  EXPECT_EQ(both->limit, 1);
+  const std::pair<const char*, const char*> bad[] = {
+      {"after", "-1"}, {"after", "9223372036854775808"}, {"after", ""},  {"after", "1x"},
+      {"after", "+1"}, {"limit", "0"},                   {"limit", "1001"}, {"limit", " 5"},
+      {"page", "2"}};
+  for (const auto& [name, value] : bad) {
+    auto q = NetworkEventsQuery::FromQuery({{name, value}});
+    ASSERT_FALSE(q.has_value()) << name << "=" << value;
+    EXPECT_EQ(q.error().code(), ErrorCode::kInvalidArgument);
+  }
+  EXPECT_FALSE(NetworkEventsQuery::FromQuery({{"after", "1"}, {"after", "2"}}).has_value());
+}
+
 TEST(ListFilterTest, StateAndMetadata) {
   auto params = ParseQueryString("state=running&metadata.team=ml&metadata.run=7&&");
   ASSERT_TRUE(params.has_value());

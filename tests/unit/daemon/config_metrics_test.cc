@@ -86,6 +86,23 @@ TEST(ConfigTest, FlagsUseDashesAndTheSameRules) {
   EXPECT_FALSE(c.Set("nope", "1"));
 }
 
+TEST(ConfigTest, NetworkEventsKeepIsACountFromOne) {
+  Config c;
+  EXPECT_EQ(c.network_events_keep, 10000);
+  EXPECT_TRUE(c.Set("network-events-keep", "250"));
+  EXPECT_EQ(c.network_events_keep, 250);
+  for (const char* bad : {"0", "-1", "1000001", "many"}) {
+    auto st = c.Set("network_events_keep", bad);
+    ASSERT_FALSE(st) << bad;
+    EXPECT_NE(st.error().message().find("network_events_keep must be a number"), std::string::npos)
+        << st.error().message();
+  }
+  EXPECT_EQ(c.network_events_keep, 250);
+  EXPECT_TRUE(c.Set("network_events_flush_ms", "60000"));
+  EXPECT_EQ(c.network_events_flush_ms, 60000);
+  EXPECT_FALSE(c.Set("network_events_flush_ms", "5"));
+}
+
 TEST(ConfigTest, PoolSizesAreDottedKeysPerTemplate) {
   Config c;
   EXPECT_TRUE(c.pools.empty());

@@ -1032,5 +1032,186 @@ TEST_F(StoreTest, LayersInUseAreThoseOfTemplatesAndLiveSandboxes) {
   EXPECT_EQ(*store_->LayersInUse(), (std::set<std::string>{"a", "b", "c"}));
 }
 
+// --- Network verdicts -------------------------------------------------------------------------
+
+NetworkEventRecord Verdict(std::string name, std::string verdict = "denied") {
+  NetworkEventRecord e;
+  e.at_ms = kT0;
+  e.kind = "http";
+  e.name = std::move(name);
+  e.host = e.name;
+  e.dest = "198.18.0.2";
+  e.port = 80;
+  e.verdict = std::move(verdict);
+  e.rule = "allowlist";
+  e.reason = "not in this sandbox's allowlist";
+  return e;
+}
+
+NetworkEventBatch Batch(std::string sandbox, int from, int count, int64_t dropped = 0) {
+  NetworkEventBatch b{.sandbox = std::move(sandbox), .dropped = dropped};
+  for (int i = from; i < from + count; ++i) b.events.push_back(Verdict("n" + std::to_string(i)));
+  return b;
+}
+
+std::vector<std::string> Names(const NetworkEventPage& page) {
+  std::vector<std::string> out;
+  for (const auto& e : page.events) out.push_back(e.name);
+  return out;
+}
+
+TEST_F(StoreTest, NetworkEventsAreNumberedPerSandboxAndReadInPages) {
+  InState("sbx-a", S::kRunning);
+  InState("sbx-b", S::kRunning);
+  NetworkEventRecord full = Verdict("allowed.test", "closed");
+  full.kind = "connect";
+  full.sni = "allowed.test";
+  full.bytes_up = 123;
+  full.bytes_down = 4567;
+  full.reason = "it's \"quoted\"; DROP TABLE network_events; --";
+  NetworkEventBatch a = Batch("sbx-a", 0, 3);
+  a.events.push_back(full);
+  const NetworkEventBatch batches[] = {a, Batch("sbx-b", 100, 2, /*dropped=*/7)};
+  ASSERT_TRUE(store_->AppendNetworkEvents(batches, 1000).has_value());
+  const NetworkEventBatch more[] = {Batch("sbx-a", 3, 2)};
+  ASSERT_TRUE(store_->AppendNetworkEvents(more, 1000).has_value());
+
+  auto all = store_->NetworkEvents("sbx-a", 0, 100);
+  ASSERT_TRUE(all.has_value()) << all.error().message();
+  EXPECT_EQ(Names(*all), (std::vector<std::string>{"n0", "n1", "n2", "allowed.test", "n3", "n4"}));
+  for (size_t i = 0; i < all->events.size(); ++i) EXPECT_EQ(all->events[i].seq, int64_t(i) + 1);
+  full.seq = 4;
+  EXPECT_EQ(all->events[3], full) << "every field round-trips";
+  EXPECT_FALSE(all->more);
+  EXPECT_EQ(all->last_seq, 6);
+  EXPECT_EQ(all->dropped, 0);
+
+  // Pages of two, each after the last seq of the one before.
+  std::vector<std::string> paged;
+  int64_t after = 0;
+  int pages = 0;
+  while (true) {
+    auto page = store_->NetworkEvents("sbx-a", after, 2);
+    ASSERT_TRUE(page.has_value());
+    ++pages;
+    for (const auto& e : page->events) paged.push_back(e.name);
+    if (!page->more) break;
+    after = page->events.back().seq;
+  }
+  EXPECT_EQ(paged, Names(*all));
+  EXPECT_EQ(pages, 3);
+
+  auto b = store_->NetworkEvents("sbx-b", 0, 100);
+  EXPECT_EQ(Names(*b), (std::vector<std::string>{"n100", "n101"}));
+  EXPECT_EQ(b->events.front().seq, 1) << "numbers are per sandbox";
+  EXPECT_EQ(b->dropped, 7);
+  auto none = store_->NetworkEvents("sbx-a", 6, 100);
+  EXPECT_TRUE(none->events.empty());
+  EXPECT_FALSE(none->more);
+  InState("sbx-quiet", S::kRunning);
+  auto quiet = store_->NetworkEvents("sbx-quiet", 0, 10);
+  ASSERT_TRUE(quiet.has_value());
+  EXPECT_TRUE(quiet->events.empty());
+  EXPECT_EQ(quiet->last_seq, 0);
+  EXPECT_EQ(store_->NetworkEvents("../etc", 0, 10).error().code(), ErrorCode::kInvalidArgument);
+}
+
+TEST_F(StoreTest, NetworkEventsKeepOnlyTheNewestAndCountWhatWasRemoved) {
+  InState("sbx-a", S::kRunning);
+  InState("sbx-b", S::kRunning);
+  const NetworkEventBatch first[] = {Batch("sbx-a", 0, 8), Batch("sbx-b", 0, 3)};
+  ASSERT_TRUE(store_->AppendNetworkEvents(first, 5).has_value());
+  auto page = store_->NetworkEvents("sbx-a", 0, 100);
+  EXPECT_EQ(Names(*page), (std::vector<std::string>{"n3", "n4", "n5", "n6", "n7"}));
+  EXPECT_EQ(page->events.front().seq, 4);
+  EXPECT_EQ(page->trimmed, 3);
+  EXPECT_EQ(page->last_seq, 8);
+  EXPECT_EQ(store_->NetworkEvents("sbx-b", 0, 100)->events.size(), 3u) << "the cap is per sandbox";
+
+  // A later batch pushes the oldest out; numbers go on, and one larger than the cap keeps
+  // only its newest.
+  const NetworkEventBatch second[] = {Batch("sbx-a", 8, 2)};
+  ASSERT_TRUE(store_->AppendNetworkEvents(second, 5).has_value());
+  EXPECT_EQ(Names(*store_->NetworkEvents("sbx-a", 0, 100)),
+            (std::vector<std::string>{"n5", "n6", "n7", "n8", "n9"}));
+  const NetworkEventBatch burst[] = {Batch("sbx-a", 10, 12, /*dropped=*/4)};
+  ASSERT_TRUE(store_->AppendNetworkEvents(burst, 5).has_value());
+  page = store_->NetworkEvents("sbx-a", 0, 100);
+  EXPECT_EQ(Names(*page), (std::vector<std::string>{"n17", "n18", "n19", "n20", "n21"}));
+  EXPECT_EQ(page->events.back().seq, 22);
+  EXPECT_EQ(page->trimmed, 17);
+  EXPECT_EQ(page->dropped, 4);
+  EXPECT_EQ(RawQuery(db_path_, "SELECT count(*) FROM network_events WHERE sandbox_id = 'sbx-a'"),
+            "5");
+  // A client that paged up to seq 3 sees the jump: the next page starts at 18.
+  EXPECT_EQ(store_->NetworkEvents("sbx-a", 3, 1)->events.front().seq, 18);
+}
+
+TEST_F(StoreTest, NetworkEventsGoWithTheirRecord) {
+  InState("sbx-live", S::kRunning);
+  InState("sbx-old", S::kDestroyed);
+  InState("sbx-deleted", S::kDestroyed);
+  const NetworkEventBatch batches[] = {Batch("sbx-live", 0, 2), Batch("sbx-old", 0, 2, 1),
+                                       Batch("sbx-deleted", 0, 2),
+                                       Batch("sbx-never-stored", 0, 2)};
+  ASSERT_TRUE(store_->AppendNetworkEvents(batches, 100).has_value())
+      << "a batch of a sandbox without a record is skipped, not an error";
+  EXPECT_EQ(RawQuery(db_path_, "SELECT count(*) FROM network_events"), "6");
+  EXPECT_EQ(store_->NetworkEvents("sbx-never-stored", 0, 10)->events.size(), 0u);
+
+  ASSERT_TRUE(store_->Delete("sbx-deleted").has_value());
+  now_ = kT0 + 10'000;
+  ASSERT_EQ(*store_->PurgeDestroyed(kT0 + 5'000), 1);
+  EXPECT_EQ(RawQuery(db_path_, "SELECT group_concat(DISTINCT sandbox_id) FROM network_events"),
+            "sbx-live");
+  EXPECT_EQ(RawQuery(db_path_, "SELECT group_concat(sandbox_id) FROM network_event_counters"),
+            "sbx-live");
+  EXPECT_EQ(store_->NetworkEvents("sbx-live", 0, 10)->events.size(), 2u);
+  // A new record with a purged one's id starts from 1 again.
+  InState("sbx-old", S::kRunning);
+  const NetworkEventBatch again[] = {Batch("sbx-old", 5, 1)};
+  ASSERT_TRUE(store_->AppendNetworkEvents(again, 100).has_value());
+  auto page = store_->NetworkEvents("sbx-old", 0, 10);
+  ASSERT_EQ(page->events.size(), 1u);
+  EXPECT_EQ(page->events[0].seq, 1);
+  EXPECT_EQ(page->dropped, 0);
+}
+
+TEST_F(StoreTest, NetworkEventsSurviveAReopen) {
+  InState("sbx-a", S::kRunning);
+  const NetworkEventBatch first[] = {Batch("sbx-a", 0, 3, 2)};
+  ASSERT_TRUE(store_->AppendNetworkEvents(first, 100).has_value());
+  Reopen();
+  const NetworkEventBatch second[] = {Batch("sbx-a", 3, 1)};
+  ASSERT_TRUE(store_->AppendNetworkEvents(second, 100).has_value());
+  auto page = store_->NetworkEvents("sbx-a", 0, 10);
+  EXPECT_EQ(Names(*page), (std::vector<std::string>{"n0", "n1", "n2", "n3"}));
+  EXPECT_EQ(page->events.back().seq, 4) << "numbering goes on after a reopen";
+  EXPECT_EQ(page->dropped, 2);
+}
+
+TEST_F(StoreTest, MigrationFromVersionFourAddsTheVerdictTablesAndKeepsRecords) {
+  // A database as the previous schema left it: version 4, a record, no verdict tables.
+  InState("sbx-old", S::kRunning);
+  store_.reset();
+  RawQuery(db_path_, "DROP TABLE network_events");
+  RawQuery(db_path_, "DROP TABLE network_event_counters");
+  RawQuery(db_path_, "PRAGMA user_version = 4");
+  ASSERT_EQ(RawQuery(db_path_, "SELECT count(*) FROM sqlite_master WHERE name LIKE 'network%'"),
+            "0");
+  Reopen();
+  EXPECT_EQ(RawQuery(db_path_, "PRAGMA user_version"), "5");
+  EXPECT_EQ(Store::CurrentSchemaVersion(), 5);
+  EXPECT_EQ(RawQuery(db_path_, "SELECT count(*) FROM sqlite_master WHERE name LIKE 'network%'"),
+            "2");
+  auto old = store_->Get("sbx-old");
+  ASSERT_TRUE(old.has_value());
+  EXPECT_EQ(old->state, S::kRunning);
+  const NetworkEventBatch batches[] = {Batch("sbx-old", 0, 2)};
+  ASSERT_TRUE(store_->AppendNetworkEvents(batches, 100).has_value());
+  EXPECT_EQ(store_->NetworkEvents("sbx-old", 0, 10)->events.size(), 2u);
+  EXPECT_TRUE(store_->CheckIntegrity().has_value());
+}
+
 }  // namespace
 }  // namespace airlock::store
