@@ -113,8 +113,10 @@ class DaemonProcess {
   }
 
   // Starts airlockd with its state in `state_dir` and its log (stderr) in `log_path`, and waits
-  // up to a minute for "listening on 127.0.0.1:PORT". Call once, from the main thread.
-  [[nodiscard]] Status Start(const std::string& state_dir, const std::string& log_path) {
+  // up to a minute for "listening on 127.0.0.1:PORT". `extra_args` go last (a later flag wins
+  // over an earlier one). Call once, from the main thread.
+  [[nodiscard]] Status Start(const std::string& state_dir, const std::string& log_path,
+                             const std::vector<std::string>& extra_args = {}) {
     using Clock = std::chrono::steady_clock;
     log_path_ = log_path;
     int out[2];
@@ -134,6 +136,7 @@ class DaemonProcess {
                                      // networks of its own; DNS on loopback: nothing leaves
                                      "--network-id",     "bn",          "--network-subnet",
                                      "10.217.0.0/20",    "--network-dns", "127.0.0.1:9"};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

@@ -1,123 +1,97 @@
 // Sandbox networking end to end (docs/design/network.md; SECURITY.md, "Egress tests"): a real
 // airlockd with its firewall, proxy and DNS stubs, sandboxes in allowlist and open mode, and a
-// fake internet the test builds itself: a network namespace behind a veth that the daemon uses
-// as its uplink, with web sites on 198.18.N.2 and .3 and an authoritative DNS server on the
-// host side of that veth that counts every query. Nothing a test sends leaves this machine.
+// fake internet the test builds itself (tests/support/fake_internet.h): a network namespace
+// behind a veth that the daemon uses as its uplink, with web sites on 198.18.N.2 and .3 and an
+// authoritative DNS server on the host side of that veth that counts every query. Nothing a test
+// sends leaves this machine.
 // Needs root, nftables and iproute2; skips otherwise.
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sched.h>
-#include <sys/socket.h>
-
-#include <atomic>
-#include <future>
-#include <map>
-#include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "support/airlockd.h"
-#include "unit/net/fake_authority.h"
+#include "support/fake_internet.h"
 
 namespace {
 
 using namespace airlock::testing;
 
-// Web sites inside the fake internet: HTTP listeners on ports 80 and 8080 of each address, in
-// the fake namespace, answering "site <address> host <Host>" and counting connections.
-class FakeSites {
- public:
-  FakeSites(const std::string& netns_path, const std::vector<std::string>& addresses) {
-    std::promise<bool> ready;
-    auto started = ready.get_future();
-    thread_ = std::thread([this, netns_path, addresses, &ready] {
-      int ns = ::open(netns_path.c_str(), O_RDONLY | O_CLOEXEC);
-      // This thread lives in the fake internet: its sockets are that namespace's.
-      if (ns < 0 || ::setns(ns, CLONE_NEWNET) != 0) {
-        ready.set_value(false);
-        return;
-      }
-      ::close(ns);
-      for (const std::string& a : addresses) {
-        for (uint16_t port : {80, 8080}) {
-          int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-          int one = 1;
-          ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-          sockaddr_in addr{};
-          addr.sin_family = AF_INET;
-          addr.sin_port = htons(port);
-          ::inet_pton(AF_INET, a.c_str(), &addr.sin_addr);
-          if (::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-              ::listen(s, 64) != 0) {
-            ready.set_value(false);
-            return;
-          }
-          listeners_.emplace_back(s, port == 80 ? a : a + ":" + std::to_string(port));
-        }
-      }
-      ready.set_value(true);
-      Serve();
-    });
-    ok_ = started.get();
-  }
-  ~FakeSites() {
-    stop_ = true;
-    thread_.join();
-    for (auto& [fd, a] : listeners_) ::close(fd);
-  }
-  bool ok() const { return ok_; }
-  // Connections to port 80 of `address` ("ADDRESS:8080" for the other port).
-  int hits(const std::string& address) {
-    std::lock_guard lock(mu_);
-    return hits_[address];
-  }
+// A client that tries one thing per argument and prints one line for each (run inside a
+// sandbox with python3 from the host's /usr):
+//   connect HOST:PORT [SNI]   CONNECT through the proxy (HTTP_PROXY); on 200, a ClientHello
+//                             naming SNI. "STATUS", or "200 <the site's answer>" / "200 closed"
+//   tls ADDRESS PORT SNI      a ClientHello naming SNI, straight to ADDRESS (redirected to the
+//                             proxy): "<the site's answer>" or "closed"
+//   http ADDRESS PORT TARGET HOST   "GET TARGET" with that Host ("-": none); ADDRESS "proxy"
+//                             is the proxy's. "STATUS <the body>"
+// The ClientHello is made by hand (TLS 1.2 record, one cipher suite, only the SNI extension):
+// the sites on port 443 speak no TLS, they report the first byte they got.
+constexpr char kProbe[] = R"PY(
+import os, socket, struct, sys
 
- private:
-  void Serve() {
-    while (!stop_) {
-      std::vector<pollfd> fds;
-      for (auto& [fd, a] : listeners_) fds.push_back({fd, POLLIN, 0});
-      if (::poll(fds.data(), fds.size(), 100) <= 0) continue;
-      for (size_t i = 0; i < fds.size(); ++i) {
-        if (!(fds[i].revents & POLLIN)) continue;
-        int c = ::accept4(listeners_[i].first, nullptr, nullptr, SOCK_CLOEXEC);
-        if (c < 0) continue;
-        {
-          std::lock_guard lock(mu_);
-          ++hits_[listeners_[i].second];
-        }
-        std::string request;
-        char buf[4096];
-        pollfd p{c, POLLIN, 0};
-        while (request.find("\r\n\r\n") == std::string::npos && ::poll(&p, 1, 2000) > 0) {
-          ssize_t n = ::read(c, buf, sizeof buf);
-          if (n <= 0) break;
-          request.append(buf, static_cast<size_t>(n));
-        }
-        std::string host;
-        if (size_t at = request.find("\r\nHost: "); at != std::string::npos) {
-          host = request.substr(at + 8, request.find("\r\n", at + 8) - at - 8);
-        }
-        const std::string& where = listeners_[i].second;
-        const std::string body = "site " + where.substr(0, where.find(':')) + " host " + host + "\n";
-        const std::string reply = "HTTP/1.1 200 OK\r\nContent-Length: " +
-                                  std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" +
-                                  body;
-        (void)!::write(c, reply.data(), reply.size());
-        ::close(c);
-      }
-    }
-  }
+def hello(name):
+    sni = name.encode()
+    ext = struct.pack("!HHHBH", 0, len(sni) + 5, len(sni) + 3, 0, len(sni)) + sni
+    body = (b"\x03\x03" + bytes(32) + b"\x00" + b"\x00\x02\x13\x01" + b"\x01\x00" +
+            struct.pack("!H", len(ext)) + ext)
+    hs = b"\x01" + len(body).to_bytes(3, "big") + body
+    return b"\x16\x03\x01" + struct.pack("!H", len(hs)) + hs
 
-  std::vector<std::pair<int, std::string>> listeners_;
-  std::thread thread_;
-  std::atomic<bool> stop_{false};
-  bool ok_ = false;
-  std::mutex mu_;
-  std::map<std::string, int> hits_;
-};
+def read_all(s):
+    out = b""
+    try:
+        while True:
+            got = s.recv(65536)
+            if not got:
+                break
+            out += got
+    except OSError:
+        pass
+    return out.decode("latin-1").strip() or "closed"
+
+def proxy():
+    rest = os.environ["HTTP_PROXY"].split("//")[1].rstrip("/")
+    host, port = rest.rsplit(":", 1)
+    return host, int(port)
+
+def dial(address, port):
+    s = socket.create_connection(proxy() if address == "proxy" else (address, int(port)), 10)
+    s.settimeout(10)
+    return s
+
+def run(args):
+    if args[0] == "connect":
+        s = dial("proxy", 0)
+        s.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (args[1], args[1])).encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            got = s.recv(1)
+            if not got:
+                break
+            head += got
+        status = head.split(b" ")[1].decode() if head.count(b" ") else "closed"
+        if status != "200" or len(args) < 3:
+            return status
+        s.sendall(hello(args[2]))
+        return "200 " + read_all(s)
+    if args[0] == "tls":
+        s = dial(args[1], args[2])
+        s.sendall(hello(args[3]))
+        return read_all(s)
+    s = dial(args[1], args[2])
+    host = "" if args[4] == "-" else "Host: %s\r\n" % args[4]
+    s.sendall(("GET %s HTTP/1.1\r\n%sConnection: close\r\n\r\n" % (args[3], host)).encode())
+    reply = read_all(s)
+    if not reply.startswith("HTTP/1.1 "):
+        return reply
+    return reply[9:12] + " " + reply.split("\r\n\r\n", 1)[-1].strip()
+
+for arg in sys.argv[1:]:
+    try:
+        print(run(arg.split(" ")))
+    except OSError as e:
+        print("error " + type(e).__name__)
+)PY";
 
 class NetworkTest : public DaemonTest {
  protected:
@@ -128,27 +102,15 @@ class NetworkTest : public DaemonTest {
         GTEST_SKIP() << tool << " is not installed (nftables, iproute2)";
       }
     }
-    const int n = static_cast<int>(::getpid() % 200) + 20;
-    net_ = std::to_string(n);
-    fake_ns_ = "airlock-fake-" + net_;
-    uplink_ = "alup" + net_;
-    host_ip_ = "198.18." + net_ + ".1";
-    site_ = "198.18." + net_ + ".2";
-    other_site_ = "198.18." + net_ + ".3";
-    Sh("ip link del " + uplink_ + " 2>/dev/null; ip netns del " + fake_ns_ + " 2>/dev/null; true");
-    ASSERT_EQ(Sh("ip netns add " + fake_ns_ + " && ip link add " + uplink_ +
-                 " type veth peer name eth0 netns " + fake_ns_ + " && ip addr add " + host_ip_ +
-                 "/24 dev " + uplink_ + " && ip link set " + uplink_ + " up && ip -n " + fake_ns_ +
-                 " link set lo up && ip -n " + fake_ns_ + " addr add " + site_ +
-                 "/24 dev eth0 && ip -n " + fake_ns_ + " addr add " + other_site_ +
-                 "/24 dev eth0 && ip -n " + fake_ns_ + " link set eth0 up && ip -n " + fake_ns_ +
-                 " route add default via " + host_ip_),
-              0);
-    sites_.emplace("/run/netns/" + fake_ns_, std::vector<std::string>{site_, other_site_});
-    ASSERT_TRUE(sites_->ok()) << "the fake sites did not start";
-    in_addr host{};
-    ::inet_pton(AF_INET, host_ip_.c_str(), &host);
-    dns_.emplace(host.s_addr);
+    internet_.emplace(static_cast<int>(::getpid() % 200) + 20);
+    const std::string made = internet_->Start();
+    ASSERT_EQ(made, "");
+    net_ = internet_->net;
+    host_ip_ = internet_->host_ip;
+    site_ = internet_->site;
+    other_site_ = internet_->other_site;
+    sites_ = &internet_->sites();
+    dns_ = &internet_->dns();
     dns_->Set("allowed.test", {.a = {site_}});
     dns_->Set("other.test", {.a = {other_site_}});
     dns_->Set("rebind.test", {.a = {"169.254.169.254"}});
@@ -170,20 +132,16 @@ class NetworkTest : public DaemonTest {
       daemon_.emplace(dir_ + "/state", Args());
     }
     DaemonTest::TearDown();
-    sites_.reset();
-    dns_.reset();
-    // The veth first: a namespace's teardown in the kernel comes later, with its names.
-    if (!fake_ns_.empty()) {
-      Sh("ip link del " + uplink_ + " 2>/dev/null; ip netns del " + fake_ns_ + " 2>/dev/null; true");
-    }
+    internet_.reset();
   }
 
   static int Sh(const std::string& cmd) { return std::system(cmd.c_str()); }
 
   // airlockd's flags for this fake internet (after those every test daemon gets).
   std::vector<std::string> Args() const {
-    return {"--network-subnet", subnet_, "--network-uplink", uplink_, "--network-dns",
-            host_ip_ + ":" + std::to_string(dns_->port()), "--network-warm-links", "4"};
+    std::vector<std::string> args = internet_->DaemonArgs();
+    args.insert(args.end(), {"--network-subnet", subnet_, "--network-warm-links", "4"});
+    return args;
   }
   // Restarts the daemon as one that keeps its sandboxes when it stops (TearDown undoes it),
   // with `extra` flags.
@@ -211,10 +169,24 @@ class NetworkTest : public DaemonTest {
   }
 
   bool keeps_sandboxes_ = false;
+
+  // Runs the probe (kProbe) in the sandbox with `tries`, one line of output each.
+  std::vector<std::string> Probe(const std::string& id, const std::vector<std::string>& tries) {
+    std::string cmd = "cat > /tmp/probe.py <<'EOF'\n" + std::string(kProbe) + "EOF\npython3 /tmp/probe.py";
+    for (const std::string& t : tries) cmd += " '" + t + "'";
+    std::vector<std::string> lines;
+    std::istringstream out(Run(id, cmd));
+    for (std::string line; std::getline(out, line);) lines.push_back(line);
+    EXPECT_EQ(lines.size(), tries.size()) << "the probe printed less than it should";
+    lines.resize(tries.size());
+    return lines;
+  }
+
   std::string id_;  // the daemon's network id
-  std::string net_, fake_ns_, uplink_, host_ip_, site_, other_site_, subnet_;
-  std::optional<FakeSites> sites_;
-  std::optional<airlock::net::testing::FakeAuthority> dns_;
+  std::string net_, host_ip_, site_, other_site_, subnet_;
+  std::optional<FakeInternet> internet_;
+  FakeSites* sites_ = nullptr;
+  airlock::net::testing::FakeAuthority* dns_ = nullptr;
 };
 
 TEST_F(NetworkTest, AllowlistReachesOnlyItsNamesThroughTheProxyAndItsDns) {
@@ -477,6 +449,140 @@ TEST_F(NetworkTest, DestroyAndRestartLeaveNoNamespaceVethOrRule) {
   }
   EXPECT_EQ(left, 0);
   EXPECT_NE(Sh("nft list table inet airlock_" + id_ + " >/dev/null 2>&1"), 0);
+}
+
+// CONNECT is judged by the name and the port it names: an allowed site's address, or its name
+// on a port the rule does not list, is refused before anything is dialled.
+TEST_F(NetworkTest, ConnectToAnAllowedSitesAddressOrAnotherPortIsRefused) {
+  const std::string id = Create({{"mode", "allowlist"}, {"allow", {"allowed.test:443"}}});
+  ASSERT_FALSE(id.empty());
+  const std::vector<std::string> got =
+      Probe(id, {"connect allowed.test:443 allowed.test", "connect " + site_ + ":443 allowed.test",
+                 "connect allowed.test:8080", "connect allowed.test:80", "connect " + site_ + ":8080"});
+  EXPECT_EQ(got[0], "200 site " + site_ + " tls 22") << "the positive control";
+  EXPECT_EQ(got[1], "403") << "CONNECT to the allowed site's address";
+  EXPECT_EQ(got[2], "403") << "CONNECT to the allowed name on a port the rule does not list";
+  EXPECT_EQ(got[3], "403");
+  EXPECT_EQ(got[4], "403");
+  EXPECT_EQ(sites_->hits(site_ + ":443"), 1);
+  EXPECT_EQ(sites_->hits(site_ + ":8080"), 0);
+  EXPECT_EQ(sites_->hits(site_), 0);
+  // An address is reached through CONNECT when a rule names it (with its port): the refusal
+  // above is the policy's, not a CONNECT that cannot work.
+  const std::string by_address = Create({{"mode", "allowlist"}, {"allow", {site_ + ":443"}}});
+  ASSERT_FALSE(by_address.empty());
+  EXPECT_EQ(Probe(by_address, {"connect " + site_ + ":443 allowed.test", "connect " + site_ + ":8080"}),
+            (std::vector<std::string>{"200 site " + site_ + " tls 22", "403"}));
+  EXPECT_EQ(sites_->hits(site_ + ":443"), 2);
+  EXPECT_EQ(sites_->hits(site_ + ":8080"), 0);
+}
+
+// The name a TLS client sends (SNI) must be the one judged: in a CONNECT tunnel it must be the
+// CONNECT host, and a transparent connection goes where the SNI or Host names, never to the
+// address the client dialled. Absolute-form requests through the proxy port must agree with
+// their Host header.
+TEST_F(NetworkTest, ServerNameAndHostAreJudgedNotTheAddressDialled) {
+  const std::string id = Create({{"mode", "allowlist"}, {"allow", {"allowed.test"}}});
+  ASSERT_FALSE(id.empty());
+  const std::string reached = "site " + site_ + " tls 22";
+  const std::vector<std::string> tls = Probe(
+      id, {"connect allowed.test:443 allowed.test", "connect allowed.test:443 other.test",
+           "connect other.test:443 allowed.test", "tls " + site_ + " 443 allowed.test",
+           "tls " + site_ + " 443 other.test", "tls " + other_site_ + " 443 allowed.test",
+           "tls " + other_site_ + " 443 other.test"});
+  EXPECT_EQ(tls[0], "200 " + reached) << "the positive control";
+  EXPECT_EQ(tls[1], "200 closed") << "SNI other.test in a tunnel to allowed.test";
+  EXPECT_EQ(tls[2], "403") << "a tunnel to other.test, with SNI allowed.test";
+  EXPECT_EQ(tls[3], reached) << "transparent TLS, the positive control";
+  EXPECT_EQ(tls[4], "closed") << "transparent TLS naming other.test at the allowed site's address";
+  EXPECT_EQ(tls[5], reached) << "the proxy dials allowed.test's address, not the one dialled";
+  EXPECT_EQ(tls[6], "closed");
+  // The tunnel of tls[1] was dialled (the CONNECT host is allowed) but got not one byte.
+  EXPECT_EQ(sites_->received(site_ + ":443"), 3);
+  EXPECT_EQ(sites_->hits(other_site_ + ":443"), 0);
+
+  const std::string allowed = "200 site " + site_ + " host allowed.test";
+  const std::vector<std::string> http = Probe(
+      id, {"http " + site_ + " 80 / allowed.test", "http " + site_ + " 80 / other.test",
+           "http " + other_site_ + " 80 / allowed.test", "http " + site_ + " 80 / allowed.test:8080",
+           "http proxy 0 http://allowed.test/ allowed.test", "http proxy 0 http://other.test/ other.test",
+           "http proxy 0 http://other.test/ allowed.test", "http proxy 0 http://allowed.test/ other.test",
+           "http proxy 0 http://" + other_site_ + "/ -", "http proxy 0 http://other.test@allowed.test/ -",
+           "http proxy 0 / allowed.test"});
+  EXPECT_EQ(http[0], allowed) << "transparent HTTP, the positive control";
+  EXPECT_TRUE(http[1].starts_with("403 ")) << "Host other.test at the allowed site's address: " << http[1];
+  EXPECT_EQ(http[2], allowed) << "Host allowed.test at the other site's address goes to allowed.test";
+  EXPECT_TRUE(http[3].starts_with("403 ")) << "a port in Host that differs from the one dialled: " << http[3];
+  EXPECT_EQ(http[4], allowed) << "absolute-form through the proxy port, the positive control";
+  EXPECT_TRUE(http[5].starts_with("403 ") && http[5].find("not in this sandbox's allowlist") != std::string::npos)
+      << http[5];
+  EXPECT_TRUE(http[6].starts_with("403 ")) << "a denied URL with an allowed Host: " << http[6];
+  EXPECT_TRUE(http[7].starts_with("403 ")) << "an allowed URL with a denied Host: " << http[7];
+  EXPECT_TRUE(http[8].starts_with("403 ")) << "a denied address as the URL: " << http[8];
+  EXPECT_TRUE(http[9].starts_with("400 ")) << "user information in the URL: " << http[9];
+  EXPECT_TRUE(http[10].starts_with("400 ")) << "origin-form to the proxy port: " << http[10];
+  EXPECT_EQ(sites_->hits(site_), 3);
+  EXPECT_EQ(sites_->hits(site_ + ":8080"), 0);
+  EXPECT_EQ(sites_->hits(other_site_), 0);
+}
+
+// Names that look like an allowed one are other names; the allowed name in upper case or with
+// a trailing dot is the same name, and a deny rule holds for every spelling of its name.
+TEST_F(NetworkTest, LookAlikeNamesAreJudgedAsTheNamesTheyAre) {
+  const std::vector<std::string> look_alikes = {"allowed.test.evil", "xallowed.test", "allowed.testx",
+                                                "zone.test", "bad.zone.test", "BAD.ZONE.TEST",
+                                                "bad.zone.test.", "Bad.Zone.Test."};
+  // They resolve to the other site: a look-alike let through would show there.
+  const std::vector<std::string> resolvable = {"allowed.test.evil", "xallowed.test",
+                                               "allowed.testx", "zone.test", "bad.zone.test"};
+  for (const std::string& name : resolvable) dns_->Set(name, {.a = {other_site_}});
+  dns_->Set("good.zone.test", {.a = {site_}});
+  const std::string id = Create({{"mode", "allowlist"},
+                                 {"allow", {"allowed.test", "*.zone.test"}},
+                                 {"deny", {"bad.zone.test"}}});
+  ASSERT_FALSE(id.empty());
+  const std::vector<std::string> same = {"allowed.test", "ALLOWED.TEST", "allowed.test.",
+                                         "good.zone.test", "GOOD.Zone.test."};
+  std::vector<std::string> tries;
+  for (const auto& names : {same, look_alikes}) {
+    for (const std::string& name : names) {
+      tries.push_back("http proxy 0 http://" + name + "/ -");
+      tries.push_back("http " + other_site_ + " 80 / " + name);
+      tries.push_back("tls " + other_site_ + " 443 " + name);
+      tries.push_back("connect " + name + ":443 " + name);
+    }
+  }
+  const std::vector<std::string> got = Probe(id, tries);
+  for (size_t i = 0; i < got.size(); ++i) {
+    const bool allowed = i < 4 * same.size();
+    std::string want;
+    switch (i % 4) {
+      case 0:
+      case 1:
+        want = allowed ? "200 site " + site_ + " host " : "403 ";
+        break;
+      case 2:
+        want = allowed ? "site " + site_ + " tls 22" : "closed";
+        break;
+      case 3:
+        want = allowed ? "200 site " + site_ + " tls 22" : "403";
+        break;
+    }
+    EXPECT_TRUE(got[i].starts_with(want)) << tries[i] << ": " << got[i];
+  }
+  EXPECT_EQ(sites_->hits(site_), static_cast<int>(2 * same.size())) << "the positive controls";
+  EXPECT_EQ(sites_->received(site_ + ":443"), static_cast<int>(2 * same.size()));
+  EXPECT_EQ(sites_->hits(other_site_), 0);
+  EXPECT_EQ(sites_->hits(other_site_ + ":443"), 0);
+
+  // The sandbox's own resolver: the same names resolve, the others are never asked for.
+  EXPECT_EQ(Run(id, "getent hosts ALLOWED.TEST | cut -d' ' -f1"), site_ + "\n");
+  int code = 0;
+  for (const std::string& name : look_alikes) {
+    Run(id, "getent hosts " + name, &code);
+    EXPECT_NE(code, 0) << name;
+  }
+  for (const std::string& name : resolvable) EXPECT_EQ(dns_->queries_for(name), 0u) << name;
 }
 
 }  // namespace

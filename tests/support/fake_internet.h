@@ -1,0 +1,268 @@
+#pragma once
+// The fake internet of the egress tests and the network benchmark (SECURITY.md, "Egress tests"):
+// a network namespace behind a veth that a test daemon takes as its uplink, with web sites on
+// 198.18.N.2 and .3 and an authoritative DNS server on the host side of that veth
+// (198.18.N.1) that counts every query. Nothing sent to it leaves this machine. Needs root and
+// iproute2; everything it made is removed in its destructor.
+//
+// Used by tests/integration (network_test.cc, cli_test.cc) and bench/net_bench.cc; no gtest.
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <future>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "unit/net/fake_authority.h"
+
+namespace airlock::testing {
+
+// Web sites inside the fake internet: listeners on ports 80, 8080 and 443 of each address, in
+// the fake namespace, counting connections. On 80 and 8080 they speak HTTP and answer
+// "site <address> host <Host>", or N zero bytes for GET /bytes/N. On 443 they speak no TLS:
+// they read the first bytes (a ClientHello) and answer "site <address> tls <first byte>" in
+// text, which is enough to show whether the proxy let a ClientHello through, and to where.
+class FakeSites {
+ public:
+  FakeSites(const std::string& netns_path, const std::vector<std::string>& addresses) {
+    std::promise<bool> ready;
+    auto started = ready.get_future();
+    thread_ = std::thread([this, netns_path, addresses, &ready] {
+      int ns = ::open(netns_path.c_str(), O_RDONLY | O_CLOEXEC);
+      // This thread lives in the fake internet: its sockets are that namespace's.
+      if (ns < 0 || ::setns(ns, CLONE_NEWNET) != 0) {
+        ready.set_value(false);
+        return;
+      }
+      ::close(ns);
+      for (const std::string& a : addresses) {
+        for (uint16_t port : {80, 8080, 443}) {
+          int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+          int one = 1;
+          ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+          sockaddr_in addr{};
+          addr.sin_family = AF_INET;
+          addr.sin_port = htons(port);
+          ::inet_pton(AF_INET, a.c_str(), &addr.sin_addr);
+          if (::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+              ::listen(s, 64) != 0) {
+            ready.set_value(false);
+            return;
+          }
+          listeners_.push_back({s, port, port == 80 ? a : a + ":" + std::to_string(port)});
+        }
+      }
+      ready.set_value(true);
+      Serve();
+    });
+    ok_ = started.get();
+  }
+  ~FakeSites() {
+    stop_ = true;
+    thread_.join();
+    for (const Listener& l : listeners_) ::close(l.fd);
+  }
+  bool ok() const { return ok_; }
+  // Connections to port 80 of `address` ("ADDRESS:8080", "ADDRESS:443" for the other ports).
+  int hits(const std::string& address) {
+    std::lock_guard lock(mu_);
+    return hits_[address];
+  }
+  // Of those, the ones that sent at least one byte (a proxy may connect, then close unused).
+  int received(const std::string& address) {
+    std::lock_guard lock(mu_);
+    return received_[address];
+  }
+
+ private:
+  struct Listener {
+    int fd;
+    uint16_t port;
+    std::string name;  // as hits() takes it
+  };
+
+  // Writes all of `data`; false when the client went away.
+  static bool WriteAll(int fd, const char* data, size_t size) {
+    while (size > 0) {
+      ssize_t n = ::send(fd, data, size, MSG_NOSIGNAL);  // a client gone is no SIGPIPE
+      if (n <= 0) return false;
+      data += n;
+      size -= static_cast<size_t>(n);
+    }
+    return true;
+  }
+
+  // Counts a connection that sent something, before it is answered (a client that has the
+  // answer finds the count moved).
+  void Received(const Listener& l) {
+    std::lock_guard lock(mu_);
+    ++received_[l.name];
+  }
+
+  void Answer(int c, const Listener& l) {
+    std::string request;
+    char buf[4096];
+    pollfd p{c, POLLIN, 0};
+    const std::string address = l.name.substr(0, l.name.find(':'));
+    if (l.port == 443) {
+      ssize_t n = ::poll(&p, 1, 2000) > 0 ? ::read(c, buf, sizeof buf) : 0;
+      if (n > 0) Received(l);
+      const std::string reply = "site " + address + " tls " +
+                                (n > 0 ? std::to_string(static_cast<uint8_t>(buf[0])) : "none") +
+                                "\n";
+      (void)WriteAll(c, reply.data(), reply.size());
+      return;
+    }
+    while (request.find("\r\n\r\n") == std::string::npos && ::poll(&p, 1, 2000) > 0) {
+      ssize_t n = ::read(c, buf, sizeof buf);
+      if (n <= 0) break;
+      request.append(buf, static_cast<size_t>(n));
+    }
+    if (!request.empty()) Received(l);
+    std::string host;
+    if (size_t at = request.find("\r\nHost: "); at != std::string::npos) {
+      host = request.substr(at + 8, request.find("\r\n", at + 8) - at - 8);
+    }
+    size_t body_bytes = 0;
+    std::string body;
+    if (request.starts_with("GET /bytes/")) {
+      body_bytes = std::strtoull(request.c_str() + 11, nullptr, 10);
+    } else {
+      body = "site " + address + " host " + host + "\n";
+      body_bytes = body.size();
+    }
+    const std::string head = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body_bytes) +
+                             "\r\nConnection: close\r\n\r\n";
+    if (!body.empty()) {
+      (void)WriteAll(c, (head + body).data(), head.size() + body.size());
+      return;
+    }
+    if (!WriteAll(c, head.data(), head.size())) return;
+    static const std::string kZeros(256 * 1024, '\0');
+    for (size_t left = body_bytes; left > 0;) {
+      const size_t n = std::min(left, kZeros.size());
+      if (!WriteAll(c, kZeros.data(), n)) return;
+      left -= n;
+    }
+  }
+
+  void Serve() {
+    while (!stop_) {
+      std::vector<pollfd> fds;
+      for (const Listener& l : listeners_) fds.push_back({l.fd, POLLIN, 0});
+      if (::poll(fds.data(), fds.size(), 100) <= 0) continue;
+      for (size_t i = 0; i < fds.size(); ++i) {
+        if (!(fds[i].revents & POLLIN)) continue;
+        int c = ::accept4(listeners_[i].fd, nullptr, nullptr, SOCK_CLOEXEC);
+        if (c < 0) continue;
+        {
+          std::lock_guard lock(mu_);
+          ++hits_[listeners_[i].name];
+        }
+        Answer(c, listeners_[i]);
+        ::close(c);
+      }
+    }
+  }
+
+  std::vector<Listener> listeners_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  bool ok_ = false;
+  std::mutex mu_;
+  std::map<std::string, int> hits_;
+  std::map<std::string, int> received_;
+};
+
+// The topology: namespace airlock-fake-N with eth0 (198.18.N.2 and .3, default route via .1),
+// its peer alupN (198.18.N.1) on the host, the sites above and the DNS authority on the host
+// side. N (20-219) keeps two processes' fake internets apart; tests take it from their pid.
+// Start() once; the destructor removes it all (the veth first: a namespace's teardown in the
+// kernel comes later, with its names).
+class FakeInternet {
+ public:
+  explicit FakeInternet(int n)
+      : net(std::to_string(n)),
+        ns("airlock-fake-" + net),
+        uplink("alup" + net),
+        host_ip("198.18." + net + ".1"),
+        site("198.18." + net + ".2"),
+        other_site("198.18." + net + ".3") {}
+  FakeInternet(const FakeInternet&) = delete;
+  ~FakeInternet() {
+    sites_.reset();
+    dns_.reset();
+    if (made_) Remove();
+  }
+
+  // Why this machine cannot have one ("" when it can): not root, or no iproute2.
+  static std::string Missing() {
+    if (::geteuid() != 0) return "needs root";
+    if (::access("/usr/sbin/ip", X_OK) != 0 && ::access("/sbin/ip", X_OK) != 0) {
+      return "ip (iproute2) is not installed";
+    }
+    return "";
+  }
+
+  // Builds the namespace, the veth, the sites and the DNS authority ("" or what failed).
+  std::string Start() {
+    Remove();  // what a killed run with the same N left
+    made_ = true;
+    if (Sh("ip netns add " + ns + " && ip link add " + uplink + " type veth peer name eth0 netns " +
+           ns + " && ip addr add " + host_ip + "/24 dev " + uplink + " && ip link set " + uplink +
+           " up && ip -n " + ns + " link set lo up && ip -n " + ns + " addr add " + site +
+           "/24 dev eth0 && ip -n " + ns + " addr add " + other_site + "/24 dev eth0 && ip -n " +
+           ns + " link set eth0 up && ip -n " + ns + " route add default via " + host_ip) != 0) {
+      return "making namespace " + ns + " and veth " + uplink + " failed";
+    }
+    sites_.emplace("/run/netns/" + ns, std::vector<std::string>{site, other_site});
+    if (!sites_->ok()) return "the fake sites did not start";
+    in_addr host{};
+    ::inet_pton(AF_INET, host_ip.c_str(), &host);
+    dns_.emplace(host.s_addr);
+    return "";
+  }
+
+  // airlockd's flags that make this its uplink and its DNS upstream.
+  std::vector<std::string> DaemonArgs() const {
+    return {"--network-uplink", uplink, "--network-dns",
+            host_ip + ":" + std::to_string(dns_->port())};
+  }
+
+  FakeSites& sites() { return *sites_; }
+  net::testing::FakeAuthority& dns() { return *dns_; }
+
+  const std::string net;         // N
+  const std::string ns;          // the namespace's name (/run/netns/NAME)
+  const std::string uplink;      // the host's end of the veth
+  const std::string host_ip;     // that end's address; the DNS authority listens there
+  const std::string site;        // a web site (198.18.N.2)
+  const std::string other_site;  // another (198.18.N.3)
+
+ private:
+  static int Sh(const std::string& cmd) { return std::system(cmd.c_str()); }
+  void Remove() const {
+    Sh("ip link del " + uplink + " 2>/dev/null; ip netns del " + ns + " 2>/dev/null; true");
+  }
+
+  bool made_ = false;
+  std::optional<FakeSites> sites_;
+  std::optional<net::testing::FakeAuthority> dns_;
+};
+
+}  // namespace airlock::testing
