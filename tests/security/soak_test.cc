@@ -135,11 +135,16 @@ class SoakTest : public DaemonTest {
                             networked.body);
     }
     for (const auto& [id, state] : Listed()) Delete(id);
-    // The deletes' background work (the network maintainer) settles first.
-    const auto deadline = Clock::now() + std::chrono::seconds(15);
+    // The deletes' background work (the network maintainer, the kernel's reaping of a killed
+    // sandbox's processes and cgroups) settles first.
+    const auto deadline = Clock::now() + std::chrono::seconds(30);
     do {
       baseline_ = target_->Take(daemon_->pid());
-      if (baseline_.Count("netns") + baseline_.Count("veth") + baseline_.Count("nft") == 0) break;
+      if (baseline_.Count("netns") + baseline_.Count("veth") + baseline_.Count("nft") +
+              baseline_.Count("process") + baseline_.Count("cgroup") ==
+          0) {
+        break;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     } while (Clock::now() < deadline);
     // Whatever the warm-up left would hide in the baseline: it must hold no sandbox's objects.
