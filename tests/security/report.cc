@@ -1,5 +1,6 @@
 #include "security/report.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -54,7 +55,10 @@ void Report::Add(Figure figure) {
 
 void Report::Note(std::string line) {
   std::lock_guard lock(mu_);
-  notes_.push_back(std::move(line));
+  // Fixtures note their setting once per test: the report says it once.
+  if (std::find(notes_.begin(), notes_.end(), line) == notes_.end()) {
+    notes_.push_back(std::move(line));
+  }
 }
 
 size_t Report::verdicts() const {

@@ -42,7 +42,7 @@ class Report {
   void SetTitle(std::string title);
   void Add(Verdict verdict);
   void Add(Figure figure);
-  // A line of context: engine, kernel, load, duration, parameters.
+  // A line of context: engine, kernel, load, duration, parameters (each line once).
   void Note(std::string line);
 
   nlohmann::json ToJson() const;

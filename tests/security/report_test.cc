@@ -13,6 +13,7 @@ namespace {
 TEST(ReportTest, CountsVerdictsAndMarksBreaches) {
   Report report("suite");
   report.Note("engine: jail");
+  report.Note("engine: jail");
   report.Add(Verdict{"host files", "read /etc/shadow", true, "EACCES"});
   report.Add(Verdict{"procfs", "write core_pattern", false, "wrote 5 bytes"});
   report.Add(Figure{"API p99 during fork bomb", 12.5, "ms", "limit 1000 ms"});
@@ -24,6 +25,7 @@ TEST(ReportTest, CountsVerdictsAndMarksBreaches) {
   EXPECT_EQ(json["summary"]["breached"], 1);
   EXPECT_EQ(json["verdicts"][1]["verdict"], "BREACH");
   EXPECT_EQ(json["figures"][0]["value"], 12.5);
+  EXPECT_EQ(json["notes"].size(), 1u);
 
   auto md = report.ToMarkdown();
   EXPECT_NE(md.find("2 payloads: 1 contained, 1 breached."), std::string::npos) << md;
