@@ -47,6 +47,7 @@
 #include "common/error.h"
 #include "daemon/api/base64.h"
 #include "daemon_process.h"
+#include "flags.h"
 #include "stats.h"
 
 extern char** environ;
@@ -111,16 +112,8 @@ Result<Flags> ParseFlags(int argc, char** argv) {
     }
     if (i + 1 >= argc) return airlock::Fail(ErrorCode::kInvalidArgument, arg + " needs a value");
     const std::string value = argv[++i];
-    auto number = [&](int min, int max, std::optional<int>& into) -> Status {
-      char* end = nullptr;
-      long n = std::strtol(value.c_str(), &end, 10);
-      if (value.empty() || *end != '\0' || n < min || n > max) {
-        return airlock::Fail(ErrorCode::kInvalidArgument,
-                             arg + ": expected " + std::to_string(min) + "-" + std::to_string(max) +
-                                 ", got '" + value + "'");
-      }
-      into = static_cast<int>(n);
-      return {};
+    auto number = [&](int min, int max, std::optional<int>& into) {
+      return b::ParseIntFlag(arg, value, min, max, into);
     };
     Status st;
     if (arg == "--mib") {

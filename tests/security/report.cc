@@ -66,6 +66,11 @@ size_t Report::verdicts() const {
   return verdicts_.size();
 }
 
+bool Report::empty() const {
+  std::lock_guard lock(mu_);
+  return verdicts_.empty() && figures_.empty();
+}
+
 size_t Report::breaches() const {
   std::lock_guard lock(mu_);
   size_t n = 0;
@@ -155,7 +160,7 @@ ReportEnvironment::ReportEnvironment(std::string name, std::string title)
 }
 
 void ReportEnvironment::TearDown() {
-  if (Report::Global().verdicts() == 0 && Report::Global().ToJson()["figures"].empty()) return;
+  if (Report::Global().empty()) return;
   Report::Global().Write(ReportDir(), name_);
 }
 

@@ -52,6 +52,7 @@ class Report {
 
   size_t verdicts() const;
   size_t breaches() const;  // verdicts not contained
+  bool empty() const;       // no verdict and no figure
 
  private:
   mutable std::mutex mu_;
