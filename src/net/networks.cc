@@ -54,7 +54,6 @@ std::vector<asio::ip::udp::endpoint> HostNameservers() {
   return out;
 }
 
-
 // Every address of the host's interfaces, each as its own /32 or /128: no sandbox reaches the
 // host's services through the proxy or by name.
 std::vector<Cidr> HostAddresses() {
@@ -78,9 +77,9 @@ std::vector<Cidr> HostAddresses() {
 }
 
 // Writes each {file, value} of `settings` (paths below /proc/sys/net/), as seen from the
-// network namespace at `netns_path` (empty: the daemon's own). /proc/sys/net shows the namespace of the thread that
-// opens it, so a thread of its own joins the namespace and the daemon's other threads stay
-// where they are. A missing file (a kernel without IPv6) is not an error.
+// network namespace at `netns_path` (empty: the daemon's own). /proc/sys/net shows the
+// namespace of the thread that opens it, so a thread of its own joins the namespace and the
+// daemon's other threads stay where they are. A missing file (no IPv6 in the kernel) is skipped.
 Status WriteNetSysctls(const std::string& netns_path,
                        const std::vector<std::pair<std::string, std::string>>& settings) {
   Status status;
