@@ -283,9 +283,11 @@ class DaemonTest : public ::testing::Test {
     dir_ = tmpl;
     // The sandboxes' unprivileged uids must reach their layers under the state dir.
     fs::permissions(dir_, fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec);
-    daemon_.emplace(dir_ + "/state");
+    daemon_.emplace(dir_ + "/state", DaemonArgs());
     ASSERT_TRUE(daemon_->Start());
   }
+  // Flags a fixture adds to the daemon's command line.
+  virtual std::vector<std::string> DaemonArgs() const { return {}; }
   void TearDown() override {
     if (HasFailure() && daemon_)
       std::fprintf(stderr, "--- airlockd log ---\n%s", daemon_->Log().c_str());
