@@ -352,9 +352,32 @@ TEST_F(NetworkTest, VerdictsAreStoredAndReadBackInPagesAfterARestart) {
     Reply r = daemon_->Call(http::verb::get, events + bad);
     EXPECT_EQ(r.status, 400) << bad << ": " << r.body;
   }
-  // A deleted sandbox's events are gone with it from the API.
+  // /metrics counts the verdicts this daemon took: at least the denied one just made.
+  const std::string metrics = daemon_->Call(http::verb::get, "/metrics").body;
+  EXPECT_NE(metrics.find("\nairlock_network_verdicts_total{verdict=\"denied\"} "), std::string::npos)
+      << metrics;
+  EXPECT_EQ(metrics.find("\nairlock_network_verdicts_total{verdict=\"denied\"} 0\n"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("\nairlock_network_verdicts_dropped_total 0\n"), std::string::npos)
+      << metrics;
+
+  // A deleted sandbox's verdicts stay readable (an audit comes after the work) while the
+  // sandbox itself is gone, until its record is purged (destroyed_keep after the destroy).
   ASSERT_EQ(daemon_->Call(http::verb::delete_, "/v1/sandboxes/" + id).status, 204);
-  EXPECT_EQ(daemon_->Call(http::verb::get, events).status, 404);
+  EXPECT_EQ(daemon_->Call(http::verb::get, "/v1/sandboxes/" + id).status, 404);
+  Reply kept = daemon_->Call(http::verb::get, events + "?limit=1000");
+  ASSERT_EQ(kept.status, 200) << kept.body;
+  EXPECT_EQ(kept.Json()["events"].size(), list.size() + newer["events"].size()) << kept.body;
+  ASSERT_TRUE(KeepSandboxesAcrossStops({"--destroyed-keep", "1s"}));
+  int status = 200;
+  for (int i = 0; i < 300 && status == 200; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    status = daemon_->Call(http::verb::get, events).status;
+  }
+  EXPECT_EQ(status, 404) << "the record was not purged within 30 s";
+  EXPECT_EQ(daemon_->Call(http::verb::get, "/metrics").body.find("\nairlock_records_purged_total 0\n"),
+            std::string::npos);
 }
 
 TEST_F(NetworkTest, APolicyChangeTakesEffectAtOnceAndClosesWhatItNoLongerAllows) {

@@ -53,6 +53,7 @@ constexpr const char* kUsage =
     "                [--network-id ID] [--network-subnet CIDR] [--network-uplink IF]\n"
     "                [--network-dns IP[:PORT],...] [--network-warm-links N]\n"
     "                [--network-events-keep N] [--network-events-flush-ms MS]\n"
+    "                [--destroyed-keep 0|Ns|Nm|Nh|Nd]\n"
     "Settings come from the defaults, then the config file (--config, else\n"
     "/etc/airlock/airlockd.toml if it exists), then the flags. See docs/airlockd.md.\n";
 
@@ -274,6 +275,7 @@ int main(int argc, char** argv) {
   if (networks) networks->StartMaintainer();  // after recovery took back what it adopts
   metrics.SetRecovery(recovered->adopted, recovered->failed, recovered->finished,
                       recovered->orphans_removed);
+  controller.SetDestroyedRetention(std::chrono::seconds(flags.destroyed_keep_seconds));
   controller.StartReaper();
   if (auto st = controller.ConfigurePools(flags.pools); !st) Die(st.error().message(), 2);
   controller.StartPoolFiller();

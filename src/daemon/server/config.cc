@@ -73,6 +73,41 @@ Result<int> ParseIntIn(const std::string& key, std::string_view value, int lo, i
   return n;
 }
 
+// "0", or a whole number followed by s, m, h or d ("90s", "12h", "7d"), up to 10 years.
+Result<int64_t> ParseDuration(const std::string& key, std::string_view value) {
+  auto bad = [&] {
+    return Fail(ErrorCode::kInvalidArgument,
+                key + " must be 0 or a number followed by s, m, h or d (\"7d\"), at most 3650d");
+  };
+  if (value == "0") return 0;
+  if (value.size() < 2) return bad();
+  int64_t unit = 0;
+  switch (value.back()) {
+    case 's':
+      unit = 1;
+      break;
+    case 'm':
+      unit = 60;
+      break;
+    case 'h':
+      unit = 3600;
+      break;
+    case 'd':
+      unit = 86400;
+      break;
+    default:
+      return bad();
+  }
+  value.remove_suffix(1);
+  int64_t n = 0;
+  auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+  if (ec != std::errc() || end != value.data() + value.size() || n < 0 ||
+      n > 3650 * 86400 / unit) {
+    return bad();
+  }
+  return n * unit;
+}
+
 }  // namespace
 
 Status Config::Set(std::string_view raw_key, std::string_view value) {
@@ -117,6 +152,10 @@ Status Config::Set(std::string_view raw_key, std::string_view value) {
     auto n = ParseIntIn(key, value, 10, 60'000);
     if (!n) return std::unexpected(n.error());
     network_events_flush_ms = *n;
+  } else if (key == "destroyed_keep") {
+    auto seconds = ParseDuration(key, value);
+    if (!seconds) return std::unexpected(seconds.error());
+    destroyed_keep_seconds = *seconds;
   } else if (key == "agent") {
     agent = value;
   } else if (key == "launcher") {

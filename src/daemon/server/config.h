@@ -14,10 +14,12 @@
 //   debian_mirror = "http://deb.debian.org/debian"   # for "debian:<suite>" bases
 //   network_subnet = "10.213.0.0/16"   # sandbox addresses, a /30 each
 //   network_uplink = "eth0"            # what "open" sandboxes go out through
+//   destroyed_keep = "7d"              # records of destroyed sandboxes; "0": for ever
 //
 // Strings are double-quoted (\" and \\ escapes), booleans true / false, numbers decimal.
 // Unknown keys, repeated keys and malformed lines are errors naming the line.
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <string_view>
@@ -38,6 +40,9 @@ struct Config {
   // On SIGTERM: keep the sandboxes running for the next start to adopt, or destroy them.
   OnShutdown on_shutdown = OnShutdown::kKeep;
   int workers = 64;  // threads for blocking calls (creates, execs, files)
+  // How long a destroyed sandbox's record (and its network verdicts) stays in the store, in
+  // seconds; 0 keeps them for ever. Written "N" + s, m, h or d ("7d").
+  int64_t destroyed_keep_seconds = 7 * 24 * 3600;
   // Template bases: OCI image archives are read from below image_dir only ("": <state_dir>/
   // images); Debian suites are made with mmdebstrap from debian_mirror.
   std::string image_dir;

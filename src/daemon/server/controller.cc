@@ -276,10 +276,18 @@ void Controller::RecoverOne(const SandboxRecord& rec, RecoveryReport& report) {
 
 void Controller::StartReaper(std::chrono::milliseconds period) {
   reaper_ = std::thread([this, period] {
+    const auto purge_every = std::min<std::chrono::steady_clock::duration>(
+        destroyed_keep_, std::chrono::minutes(1));
+    std::optional<std::chrono::steady_clock::time_point> purged;
     std::unique_lock lock(reaper_mu_);
     while (!reaper_stop_) {
       lock.unlock();
       ReapExpired();
+      const auto now = std::chrono::steady_clock::now();
+      if (destroyed_keep_.count() > 0 && (!purged || now - *purged >= purge_every)) {
+        PurgeDestroyed();
+        purged = now;
+      }
       lock.lock();
       reaper_cv_.wait_for(lock, period, [this] { return reaper_stop_; });
     }
@@ -319,6 +327,22 @@ int Controller::ReapExpired() {
     ++expired_total_;
   }
   return destroyed;
+}
+
+int64_t Controller::PurgeDestroyed() {
+  if (destroyed_keep_.count() <= 0) return 0;
+  auto purged = store_.PurgeDestroyed(
+      NowMs() - std::chrono::duration_cast<std::chrono::milliseconds>(destroyed_keep_).count());
+  if (!purged) {
+    spdlog::error("purging destroyed records: {}", purged.error().message());
+    return 0;
+  }
+  if (*purged > 0) {
+    spdlog::info("purged {} destroyed sandbox record(s) older than {} s", *purged,
+                 destroyed_keep_.count());
+    purged_total_ += static_cast<uint64_t>(*purged);
+  }
+  return *purged;
 }
 
 Result<SandboxRecord> Controller::Create(const api::CreateSandboxRequest& request) {
@@ -516,7 +540,11 @@ void Controller::DetachNetwork(const std::string& id) {
 
 Result<store::NetworkEventPage> Controller::NetworkEvents(const std::string& id,
                                                           const api::NetworkEventsQuery& query) {
-  auto record = Get(id);
+  // Readable after the destroy too (an audit usually comes then), until the record is purged.
+  auto record = store_.Get(id);
+  if ((record && record->pooled) || (!record && record.error().code() == ErrorCode::kNotFound)) {
+    return Fail(ErrorCode::kNotFound, "sandbox " + id + " does not exist");
+  }
   if (!record) return std::unexpected(record.error());
   if (network_events_) {
     // What is queued is older than this call: the reader sees it. A failed write is counted

@@ -107,6 +107,10 @@ class Controller {
   // Where the verdicts of the networks go on their way to the store; NetworkEvents flushes it
   // before reading. Call before serving; it outlives the controller.
   void SetNetworkEventLog(NetworkEventLog* log) { network_events_ = log; }
+  // What that log took since start (zeros without one).
+  VerdictCounts network_verdicts() const {
+    return network_events_ ? network_events_->counts() : VerdictCounts{};
+  }
 
   // Call once at start, before serving. Brings every record and every engine resource into
   // agreement: running / paused sandboxes whose agent is alive are adopted (held as if created
@@ -123,6 +127,14 @@ class Controller {
   int ReapExpired();
   // Sandboxes the reaper destroyed since start.
   uint64_t expired_total() const { return expired_total_; }
+  // How long a destroyed sandbox's record (with its network verdicts) is kept; zero (the
+  // default here) keeps it for ever. The reaper purges older ones on its first pass and then
+  // about once a minute (or once per `keep`, if shorter). Call before StartReaper.
+  void SetDestroyedRetention(std::chrono::seconds keep) { destroyed_keep_ = keep; }
+  // One purge (also what the reaper runs): the number of records removed.
+  int64_t PurgeDestroyed();
+  // Records purged since start.
+  uint64_t purged_total() const { return purged_total_; }
 
   // Inserts the record (creating), creates the sandbox, connects its agent, then running; on
   // any failure the record is failed with the error and the error is returned.
@@ -189,7 +201,8 @@ class Controller {
                                 std::string_view tar);
 
   // The sandbox's stored network verdicts (proxy and DNS) after `query.after`, oldest first,
-  // with those made up to this call included; 404 as Get.
+  // with those made up to this call included. Unlike Get, a destroyed sandbox's are served
+  // until its record is purged; 404 for unknown and pooled ones.
   [[nodiscard]] Result<store::NetworkEventPage> NetworkEvents(const std::string& id,
                                                               const api::NetworkEventsQuery& query);
 
@@ -347,6 +360,8 @@ class Controller {
   bool reaper_stop_ = false;  // guarded by reaper_mu_
   std::thread reaper_;
   std::atomic<uint64_t> expired_total_{0};
+  std::chrono::seconds destroyed_keep_{0};
+  std::atomic<uint64_t> purged_total_{0};
 
   std::mutex pool_mu_;
   std::condition_variable pool_cv_;

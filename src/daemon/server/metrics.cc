@@ -50,6 +50,24 @@ std::string RenderPoolMetrics(const std::vector<PoolStats>& pools) {
   return out;
 }
 
+std::string RenderVerdictMetrics(const VerdictCounts& counts) {
+  std::string out;
+  out += "# HELP airlock_network_verdicts_total Network verdicts of the egress proxy and the DNS "
+         "stubs (closed: a connection ended), by verdict.\n";
+  out += "# TYPE airlock_network_verdicts_total counter\n";
+  const std::pair<const char*, uint64_t> by_verdict[] = {
+      {"allowed", counts.allowed}, {"denied", counts.denied}, {"closed", counts.closed}};
+  for (const auto& [verdict, n] : by_verdict) {
+    out += "airlock_network_verdicts_total{verdict=\"" + std::string(verdict) + "\"} " +
+           std::to_string(n) + "\n";
+  }
+  out += "# HELP airlock_network_verdicts_dropped_total Network verdicts that never reached the "
+         "store (too many at once, or a failed write); each sandbox's count is in its events.\n";
+  out += "# TYPE airlock_network_verdicts_dropped_total counter\n";
+  out += "airlock_network_verdicts_dropped_total " + std::to_string(counts.dropped) + "\n";
+  return out;
+}
+
 void Histogram::Observe(std::chrono::nanoseconds elapsed) {
   const double seconds = std::chrono::duration<double>(elapsed).count();
   size_t i = 0;
@@ -95,7 +113,7 @@ void Metrics::SetRecovery(int adopted, int failed, int finished, int orphans) {
 }
 
 std::string Metrics::Render(const std::map<std::string, int64_t>& sandboxes_by_state,
-                            uint64_t expired_total) const {
+                            uint64_t expired_total, uint64_t purged_total) const {
   std::string out;
   out += "# HELP airlock_sandboxes Sandboxes by state (destroyed ones are records only).\n";
   out += "# TYPE airlock_sandboxes gauge\n";
@@ -137,6 +155,10 @@ std::string Metrics::Render(const std::map<std::string, int64_t>& sandboxes_by_s
   out += "# HELP airlock_ttl_expired_total Sandboxes destroyed at the end of their TTL.\n";
   out += "# TYPE airlock_ttl_expired_total counter\n";
   out += "airlock_ttl_expired_total " + std::to_string(expired_total) + "\n";
+  out += "# HELP airlock_records_purged_total Destroyed sandboxes' records removed after "
+         "destroyed_keep.\n";
+  out += "# TYPE airlock_records_purged_total counter\n";
+  out += "airlock_records_purged_total " + std::to_string(purged_total) + "\n";
   out += "# HELP airlock_recovery_sandboxes What the last start found, by outcome.\n";
   out += "# TYPE airlock_recovery_sandboxes gauge\n";
   constexpr std::string_view kOutcomes[] = {"adopted", "failed", "finished", "orphan_removed"};

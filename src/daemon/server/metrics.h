@@ -50,6 +50,15 @@ struct PoolStats {
 // airlock_pool_size, airlock_pool_ready and airlock_pool_claims_total, per template.
 std::string RenderPoolMetrics(const std::vector<PoolStats>& pools);
 
+// What the network verdict log (network_event_log.h) has taken since start.
+struct VerdictCounts {
+  uint64_t allowed = 0, denied = 0, closed = 0;  // queued for the store, by verdict
+  uint64_t dropped = 0;  // never stored: the queue was full or the write failed
+};
+
+// airlock_network_verdicts_total (by verdict) and airlock_network_verdicts_dropped_total.
+std::string RenderVerdictMetrics(const VerdictCounts& counts);
+
 class Metrics {
  public:
   enum class Op { kCreate, kExec, kDestroy, kFiles };
@@ -60,10 +69,10 @@ class Metrics {
   void CountReply(unsigned status, std::string_view error_code);
   void SetRecovery(int adopted, int failed, int finished, int orphans);
 
-  // The exposition text. `sandboxes_by_state` comes from the store and `expired_total` from the
-  // controller's reaper, at scrape time.
+  // The exposition text. `sandboxes_by_state` comes from the store, `expired_total` and
+  // `purged_total` (destroyed records removed) from the controller's reaper, at scrape time.
   std::string Render(const std::map<std::string, int64_t>& sandboxes_by_state,
-                     uint64_t expired_total) const;
+                     uint64_t expired_total, uint64_t purged_total) const;
 
  private:
   struct OpStats {

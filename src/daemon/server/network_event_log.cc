@@ -53,11 +53,15 @@ void NetworkEventLog::Add(const std::string& sandbox, const net::NetworkEvent& e
     size_t& mine = queued_[sandbox];
     if (queue_.size() >= options_.max_queued || mine >= options_.max_queued_per_sandbox) {
       ++dropped_[sandbox];
+      ++counts_.dropped;
       if (mine == 0) queued_.erase(sandbox);
       return;
     }
     ++mine;
     queue_.emplace_back(sandbox, ToRecord(event));
+    const std::string& verdict = queue_.back().second.verdict;
+    ++(verdict == "closed" ? counts_.closed : verdict == "allowed" ? counts_.allowed
+                                                                    : counts_.denied);
     wake = queue_.size() == options_.batch;
   }
   if (wake) cv_.notify_all();
@@ -94,9 +98,15 @@ Status NetworkEventLog::Flush() {
     std::lock_guard lock(mu_);
     for (const auto& b : batches) {
       dropped_[b.sandbox] += b.dropped + static_cast<int64_t>(b.events.size());
+      counts_.dropped += b.events.size();
     }
   }
   return written;
+}
+
+VerdictCounts NetworkEventLog::counts() const {
+  std::lock_guard lock(mu_);
+  return counts_;
 }
 
 void NetworkEventLog::Run() {

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "daemon/server/metrics.h"
 #include "daemon/store/store.h"
 #include "net/networks.h"
 
@@ -44,6 +45,8 @@ class NetworkEventLog {
   void Add(const std::string& sandbox, const net::NetworkEvent& event);
   // Writes everything queued before the call; returns once it is committed. Any thread.
   [[nodiscard]] Status Flush();
+  // What Add took since start, for /metrics. Any thread.
+  VerdictCounts counts() const;
 
  private:
   void Run();
@@ -51,11 +54,12 @@ class NetworkEventLog {
   store::Store& store_;
   const NetworkEventLogOptions options_;
 
-  std::mutex mu_;  // guards what follows up to write_mu_
+  mutable std::mutex mu_;  // guards what follows up to write_mu_
   std::condition_variable cv_;
   std::deque<std::pair<std::string, store::NetworkEventRecord>> queue_;
   std::map<std::string, size_t> queued_;    // per sandbox: how many of queue_ are its
   std::map<std::string, int64_t> dropped_;  // per sandbox, not yet stored
+  VerdictCounts counts_;
   bool stopping_ = false;
 
   // Held from taking the queue to the commit, so that verdicts are numbered in queue order

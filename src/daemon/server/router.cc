@@ -205,7 +205,8 @@ HttpReply Router::RenderMetrics() {
   for (const auto& [state, n] : *counts) by_state[std::string(store::SandboxStateName(state))] = n;
   auto pools = controller_.Pools();
   if (!pools) return ErrorReply(pools.error());
-  return Bytes(metrics_.Render(by_state, controller_.expired_total()) + RenderPoolMetrics(*pools),
+  return Bytes(metrics_.Render(by_state, controller_.expired_total(), controller_.purged_total()) +
+                   RenderPoolMetrics(*pools) + RenderVerdictMetrics(controller_.network_verdicts()),
                "text/plain; version=0.0.4; charset=utf-8");
 }
 

@@ -16,6 +16,7 @@ using airlock::daemon::Metrics;
 using airlock::daemon::OnShutdown;
 using airlock::daemon::PoolStats;
 using airlock::daemon::RenderPoolMetrics;
+using airlock::daemon::RenderVerdictMetrics;
 
 TEST(ConfigTest, DefaultsAreTheDocumentedOnes) {
   Config c;
@@ -103,6 +104,27 @@ TEST(ConfigTest, NetworkEventsKeepIsACountFromOne) {
   EXPECT_FALSE(c.Set("network_events_flush_ms", "5"));
 }
 
+TEST(ConfigTest, DestroyedKeepIsADurationWithAUnit) {
+  Config c;
+  EXPECT_EQ(c.destroyed_keep_seconds, 7 * 86400);
+  const std::pair<const char*, int64_t> good[] = {{"0", 0},           {"90s", 90},
+                                                  {"15m", 900},       {"12h", 43200},
+                                                  {"30d", 2'592'000}, {"3650d", 315'360'000}};
+  for (const auto& [text, seconds] : good) {
+    auto st = c.Set("destroyed-keep", text);
+    ASSERT_TRUE(st) << text << ": " << st.error().message();
+    EXPECT_EQ(c.destroyed_keep_seconds, seconds) << text;
+  }
+  for (const char* bad : {"", "7", "d", "-1d", "1.5h", "7w", "3651d", "7 d", "99999999999999s"}) {
+    auto st = c.Set("destroyed_keep", bad);
+    ASSERT_FALSE(st) << bad;
+    EXPECT_NE(st.error().message().find("destroyed_keep must be 0 or a number followed by"),
+              std::string::npos)
+        << st.error().message();
+  }
+  EXPECT_EQ(c.destroyed_keep_seconds, 315'360'000) << "a refused value changes nothing";
+}
+
 TEST(ConfigTest, PoolSizesAreDottedKeysPerTemplate) {
   Config c;
   EXPECT_TRUE(c.pools.empty());
@@ -156,6 +178,15 @@ double Sample(const std::string& text, const std::string& series) {
   return std::stod(text.substr(at + series.size() + 2));
 }
 
+TEST(MetricsTest, VerdictSeries) {
+  const std::string t =
+      "\n" + RenderVerdictMetrics({.allowed = 3, .denied = 2, .closed = 1, .dropped = 9});
+  EXPECT_EQ(Sample(t, R"(airlock_network_verdicts_total{verdict="allowed"})"), 3);
+  EXPECT_EQ(Sample(t, R"(airlock_network_verdicts_total{verdict="denied"})"), 2);
+  EXPECT_EQ(Sample(t, R"(airlock_network_verdicts_total{verdict="closed"})"), 1);
+  EXPECT_EQ(Sample(t, "airlock_network_verdicts_dropped_total"), 9);
+}
+
 TEST(MetricsTest, CountsAndCumulativeBuckets) {
   Metrics m;
   using std::chrono::milliseconds;
@@ -167,7 +198,7 @@ TEST(MetricsTest, CountsAndCumulativeBuckets) {
   m.CountReply(404, "not_found");
   m.CountReply(404, "not_found");
   m.SetRecovery(2, 1, 0, 3);
-  const std::string t = m.Render({{"running", 4}, {"paused", 1}}, 7);
+  const std::string t = m.Render({{"running", 4}, {"paused", 1}}, 7, 5);
 
   EXPECT_EQ(Sample(t, R"(airlock_sandboxes{state="running"})"), 4);
   EXPECT_EQ(Sample(t, R"(airlock_sandboxes{state="paused"})"), 1);
@@ -185,6 +216,7 @@ TEST(MetricsTest, CountsAndCumulativeBuckets) {
   EXPECT_EQ(Sample(t, R"(airlock_http_responses_total{status="404"})"), 2);
   EXPECT_EQ(Sample(t, R"(airlock_api_errors_total{code="not_found"})"), 2);
   EXPECT_EQ(Sample(t, "airlock_ttl_expired_total"), 7);
+  EXPECT_EQ(Sample(t, "airlock_records_purged_total"), 5);
   EXPECT_EQ(Sample(t, R"(airlock_recovery_sandboxes{outcome="orphan_removed"})"), 3);
   // Each metric family is declared once, before its samples.
   EXPECT_EQ(t.find("# TYPE airlock_operation_seconds histogram"),

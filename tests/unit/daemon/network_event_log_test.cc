@@ -94,6 +94,11 @@ TEST_F(NetworkEventLogTest, FlushWritesWhatWasQueuedInOrderWithEveryField) {
   auto b = store_->NetworkEvents("sbx-b", 0, 10);
   ASSERT_EQ(b->events.size(), 1u);
   EXPECT_EQ(b->events[0].verdict, "allowed");
+  const VerdictCounts counts = log.counts();
+  EXPECT_EQ(counts.allowed, 1u);
+  EXPECT_EQ(counts.denied, 1u);
+  EXPECT_EQ(counts.closed, 1u);
+  EXPECT_EQ(counts.dropped, 0u);
   EXPECT_TRUE(log.Flush().has_value()) << "an empty flush writes nothing and succeeds";
 }
 
@@ -109,6 +114,11 @@ TEST_F(NetworkEventLogTest, AFullQueueCountsDropsPerSandboxInsteadOfGrowing) {
   EXPECT_EQ(Names("sbx-b"), (std::vector<std::string>{"b0", "b1"}));
   EXPECT_EQ(store_->NetworkEvents("sbx-a", 0, 10)->dropped, 2);
   EXPECT_EQ(store_->NetworkEvents("sbx-b", 0, 10)->dropped, 2);
+  // /metrics sees the same: 5 queued (all denied), 4 dropped.
+  const VerdictCounts counts = log.counts();
+  EXPECT_EQ(counts.denied, 5u);
+  EXPECT_EQ(counts.allowed + counts.closed, 0u);
+  EXPECT_EQ(counts.dropped, 4u);
   // Once written, the queue takes verdicts again.
   log.Add("sbx-a", Event("a5"));
   ASSERT_TRUE(log.Flush().has_value());
