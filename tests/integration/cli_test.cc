@@ -5,9 +5,12 @@
 // The Cp* tests need the files API (PUT/GET .../files, .../files/list, .../files/tar). Until the
 // daemon implements it, it answers 501 and those tests fail with "unimplemented".
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pty.h>
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <termios.h>
 
 #include <algorithm>

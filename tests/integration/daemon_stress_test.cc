@@ -9,6 +9,13 @@
 
 #include <sstream>
 
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
 #include "client/http_client.h"
 #include "daemon/store/store.h"
 #include "support/airlockd.h"
@@ -16,6 +23,9 @@
 namespace {
 
 using namespace airlock::testing;
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+using tcp = asio::ip::tcp;
 using airlock::client::HttpClient;
 
 HttpClient ClientFor(const Daemon& d) {

@@ -10,13 +10,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <boost/asio/connect.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/read.hpp>
-#include <boost/asio/write.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -32,73 +25,11 @@
 #include <thread>
 #include <vector>
 
+#include "support/http.h"
+
 namespace airlock::testing {
 
-
 namespace fs = std::filesystem;
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-using nlohmann::json;
-using tcp = asio::ip::tcp;
-
-struct Reply {
-  int status = 0;
-  std::string body;
-  std::map<std::string, std::string> headers;
-  json Json() const { return json::parse(body, nullptr, /*allow_exceptions=*/false); }
-};
-
-// One request on a fresh connection.
-inline Reply Http(uint16_t port, http::verb method, const std::string& target, const std::string& body,
-           const std::optional<std::string>& authorization) {
-  asio::io_context io;
-  beast::tcp_stream stream(io);
-  stream.expires_after(std::chrono::seconds(120));
-  stream.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
-  http::request<http::string_body> req{method, target, 11};
-  req.set(http::field::host, "127.0.0.1");
-  if (authorization) req.set(http::field::authorization, *authorization);
-  if (!body.empty() || method == http::verb::post) {
-    req.set(http::field::content_type, "application/json");
-    req.body() = body;
-    req.prepare_payload();
-  }
-  // A server may answer (413) and stop reading before the whole body is sent: read anyway.
-  beast::error_code write_ec;
-  http::write(stream, req, write_ec);
-  beast::flat_buffer buffer;
-  http::response_parser<http::string_body> parser;
-  parser.body_limit(64u << 20);
-  http::read(stream, buffer, parser);
-  Reply reply;
-  reply.status = static_cast<int>(parser.get().result_int());
-  reply.body = parser.get().body();
-  for (const auto& field : parser.get()) {
-    reply.headers[std::string(field.name_string())] = std::string(field.value());
-  }
-  beast::error_code ec;
-  stream.socket().shutdown(tcp::socket::shutdown_both, ec);
-  return reply;
-}
-
-// Sends `raw` bytes as they are and returns the status line's code (0 if none came back).
-inline int RawStatus(uint16_t port, const std::string& raw) {
-  asio::io_context io;
-  tcp::socket socket(io);
-  socket.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
-  asio::write(socket, asio::buffer(raw));
-  std::string got;
-  beast::error_code ec;
-  char buf[4096];
-  while (got.find("\r\n") == std::string::npos) {
-    size_t n = socket.read_some(asio::buffer(buf), ec);
-    if (ec) break;
-    got.append(buf, n);
-  }
-  if (!got.starts_with("HTTP/1.1 ") || got.size() < 12) return 0;
-  return std::atoi(got.substr(9, 3).c_str());
-}
 
 // The daemon under test: started on port 0, killed by pid on every path.
 class Daemon {
@@ -224,53 +155,6 @@ class Daemon {
   pid_t pid_ = -1;
   uint16_t port_ = 0;
   std::string key_;
-};
-
-// One streamed request on a raw connection, read as it arrives.
-class RawStream {
- public:
-  // POST `body` to `target`, or GET it when `method` says so.
-  RawStream(uint16_t port, const std::string& key, const std::string& target,
-            const std::string& body, const std::string& method = "POST")
-      : socket_(io_) {
-    socket_.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
-    const std::string request = method + " " + target +
-                                " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key +
-                                "\r\nContent-Type: application/json\r\nContent-Length: " +
-                                std::to_string(body.size()) + "\r\n\r\n" + body;
-    asio::write(socket_, asio::buffer(request));
-  }
-  // Reads until `needle` has arrived (true) or the connection ends (false).
-  bool ReadUntil(const std::string& needle) {
-    while (got_.find(needle) == std::string::npos) {
-      char buf[4096];
-      beast::error_code ec;
-      size_t n = socket_.read_some(asio::buffer(buf), ec);
-      if (ec) return false;
-      got_.append(buf, n);
-    }
-    return true;
-  }
-  void Close() {
-    beast::error_code ec;
-    socket_.close(ec);
-  }
-  const std::string& got() const { return got_; }
-  // The NDJSON events in what arrived (chunk-size lines are not JSON objects).
-  std::vector<json> Events() const {
-    std::vector<json> events;
-    const std::string body = got_.substr(got_.find("\r\n\r\n") + 4);
-    std::istringstream lines(body);
-    for (std::string line; std::getline(lines, line);) {
-      if (line.starts_with("{")) events.push_back(json::parse(line));
-    }
-    return events;
-  }
-
- private:
-  asio::io_context io_;
-  tcp::socket socket_;
-  std::string got_;
 };
 
 class DaemonTest : public ::testing::Test {
