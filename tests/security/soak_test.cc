@@ -657,10 +657,14 @@ TEST_F(SoakTest, SigkillDuringChurnLosesNothingAndOrphansNothing) {
     for (const auto& [id, state] : Listed()) {
       if (state == "running") live.insert(id);
     }
-    const auto now = Clock::now();
     std::lock_guard lock(ledger.mu);
     for (const auto& [id, c] : ledger.created) {
+      // The answer describes a moment between these two: a TTL counts as passed only if it
+      // had before the call, and as not yet passed only if it had not after it (checking
+      // thousands of records takes seconds, during which short TTLs pass).
+      const auto asked = Clock::now();
       Reply r = daemon_->Call(http::verb::get, "/v1/sandboxes/" + id);
+      const auto answered = Clock::now();
       const bool present = r.status == 200 && r.Json().value("state", "") == "running";
       if (ledger.deleted.contains(id)) {
         if (r.status != 404) {
@@ -669,15 +673,15 @@ TEST_F(SoakTest, SigkillDuringChurnLosesNothingAndOrphansNothing) {
         }
       } else if (ledger.delete_unanswered.contains(id)) {
         EXPECT_TRUE(r.status == 404 || present) << id << ": " << r.body;
-      } else if (c.ttl > 0 && now > c.acked + std::chrono::seconds(c.ttl + 2)) {
+      } else if (c.ttl > 0 && asked > c.acked + std::chrono::seconds(c.ttl + 2)) {
         ++checked_ttl;
         if (r.status != 404) {
           ++ttl_missed;
           ADD_FAILURE() << id << ": its TTL of " << c.ttl << " s passed "
-                        << Seconds(now - c.acked) - c.ttl << " s ago, but: " << r.body;
+                        << Seconds(asked - c.acked) - c.ttl << " s ago, but: " << r.body;
         }
-      } else if (c.ttl == 0 || now < c.sent + std::chrono::seconds(c.ttl) -
-                                         std::chrono::milliseconds(500)) {
+      } else if (c.ttl == 0 || answered < c.sent + std::chrono::seconds(c.ttl) -
+                                              std::chrono::milliseconds(500)) {
         if (!present) {
           ++lost;
           ADD_FAILURE() << id << " was acknowledged (201) but is lost: " << r.body;
@@ -698,7 +702,7 @@ TEST_F(SoakTest, SigkillDuringChurnLosesNothingAndOrphansNothing) {
   for (const auto& p : ledger.problems) ADD_FAILURE() << p;
   const std::string totals = std::to_string(ledger.created.size()) + " acknowledged creates, " +
                              std::to_string(ledger.deleted.size()) + " acknowledged deletes, " +
-                             std::to_string(P().kills) + " SIGKILLs";
+                             std::to_string(restart_ms.size()) + " SIGKILLs";
   Report::Global().Add(Verdict{klass, "no acknowledged create lost", lost == 0,
                                std::to_string(lost) + " lost of " + totals});
   Report::Global().Add(Verdict{klass, "no acknowledged delete undone", resurrected == 0,
@@ -708,7 +712,8 @@ TEST_F(SoakTest, SigkillDuringChurnLosesNothingAndOrphansNothing) {
                                    " expired sandboxes still there after restart"});
   Report::Global().Add(Verdict{klass, "no orphan after each restart", orphan_rounds == 0,
                                std::to_string(orphan_rounds) + " rounds with orphans"});
-  Report::Global().Add(Figure{"SIGKILLs", static_cast<double>(P().kills), "count", totals});
+  Report::Global().Add(Figure{"SIGKILLs", static_cast<double>(restart_ms.size()), "count",
+                              totals + " (" + std::to_string(P().kills) + " planned)"});
   Report::Global().Add(Figure{"restart to listening p50", Percentile(restart_ms, 50), "ms",
                               "recovery included"});
   Report::Global().Add(Figure{"restart to listening max",

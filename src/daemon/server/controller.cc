@@ -282,7 +282,10 @@ void Controller::StartReaper(std::chrono::milliseconds period) {
     std::unique_lock lock(reaper_mu_);
     while (!reaper_stop_) {
       lock.unlock();
-      ReapExpired();
+      // A pass that destroyed some took time (many expiring at once, as after a restart):
+      // others may have expired meanwhile, so the next pass comes at once.
+      while (ReapExpired() > 0 && !ReaperStopping()) {
+      }
       const auto now = std::chrono::steady_clock::now();
       if (destroyed_keep_.count() > 0 && (!purged || now - *purged >= purge_every)) {
         PurgeDestroyed();
@@ -292,6 +295,11 @@ void Controller::StartReaper(std::chrono::milliseconds period) {
       reaper_cv_.wait_for(lock, period, [this] { return reaper_stop_; });
     }
   });
+}
+
+bool Controller::ReaperStopping() {
+  std::lock_guard lock(reaper_mu_);
+  return reaper_stop_;
 }
 
 void Controller::StopReaper() {

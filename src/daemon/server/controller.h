@@ -358,6 +358,7 @@ class Controller {
   std::mutex reaper_mu_;
   std::condition_variable reaper_cv_;
   bool reaper_stop_ = false;  // guarded by reaper_mu_
+  bool ReaperStopping();       // reaper_stop_, under reaper_mu_
   std::thread reaper_;
   std::atomic<uint64_t> expired_total_{0};
   std::chrono::seconds destroyed_keep_{0};
