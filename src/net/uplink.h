@@ -34,8 +34,8 @@ struct Uplink {
 };
 
 // Reads network_uplink: "" (no uplink), an interface name, "netns:NAME" (/run/netns/NAME) or an
-// absolute path. A namespace must exist and be a network namespace; kInvalidArgument (the
-// message names the setting and says what is wrong) otherwise.
+// absolute path. A namespace must exist, be a network namespace and not the caller's own;
+// kInvalidArgument (the message names the setting and says what is wrong) otherwise.
 [[nodiscard]] Result<Uplink> ParseUplink(const std::string& spec);
 
 // Whether `path` is a network namespace (nsfs, NS_GET_NSTYPE says CLONE_NEWNET).

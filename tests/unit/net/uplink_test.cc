@@ -65,11 +65,11 @@ TEST(UplinkTest, NamespaceFilesAreChecked) {
   ASSERT_FALSE(mount_ns);
   EXPECT_NE(mount_ns.error().message().find("not a network namespace"), std::string::npos)
       << mount_ns.error().message();
-  // The positive control: a network namespace file is taken.
-  auto net_ns = ParseUplink("/proc/self/ns/net");
-  ASSERT_TRUE(net_ns) << net_ns.error().message();
-  EXPECT_EQ(net_ns->netns_path, "/proc/self/ns/net");
-  EXPECT_TRUE(net_ns->netns_name.empty());
+  // Its own namespace is no uplink (its table there would be the daemon's own).
+  auto own = ParseUplink("/proc/self/ns/net");
+  ASSERT_FALSE(own);
+  EXPECT_NE(own.error().message().find("own network namespace"), std::string::npos)
+      << own.error().message();
 }
 
 class NetnsThreadTest : public ::testing::Test {
@@ -88,10 +88,16 @@ class NetnsThreadTest : public ::testing::Test {
 };
 
 TEST_F(NetnsThreadTest, ParsesByNameAndMakesSocketsInside) {
+  // The positive control of the checks above: another network namespace is taken, by name or
+  // by path.
   auto uplink = ParseUplink("netns:" + name_);
   ASSERT_TRUE(uplink) << uplink.error().message();
   EXPECT_EQ(uplink->netns_path, "/run/netns/" + name_);
   EXPECT_EQ(uplink->netns_name, name_);
+  auto by_path = ParseUplink("/run/netns/" + name_);
+  ASSERT_TRUE(by_path) << by_path.error().message();
+  EXPECT_EQ(by_path->netns_path, "/run/netns/" + name_);
+  EXPECT_TRUE(by_path->netns_name.empty());
 
   auto thread = NetnsThread::Start(uplink->netns_path);
   ASSERT_TRUE(thread) << thread.error().message();
