@@ -299,8 +299,9 @@ Result<ResolveResult> Resolve(std::string_view name, uint16_t qtype,
                               std::chrono::milliseconds timeout, SocketFactory open_socket) {
   asio::io_context io;
   std::optional<Result<ResolveResult>> out;
-  AsyncResolve(io.get_executor(), std::string(name), qtype, upstream, timeout,
-               [&out](Result<ResolveResult> r) { out = std::move(r); }, std::move(open_socket));
+  AsyncResolve(
+      io.get_executor(), std::string(name), qtype, upstream, timeout,
+      [&out](Result<ResolveResult> r) { out = std::move(r); }, std::move(open_socket));
   io.run();
   AIRLOCK_CHECK(out.has_value());
   return std::move(*out);

@@ -33,9 +33,8 @@ std::string Firewall::Script(const FirewallConfig& c) {
   const std::string proxy = std::to_string(c.proxy_port);
   // Where open sandboxes go out: the uplink interface, or the transit veth to a namespace uplink.
   const std::string transit = c.transit.empty() ? "" : "\"" + c.transit + "\"";
-  const std::string out = !transit.empty() ? transit
-                          : c.uplink.empty() ? ""
-                                             : "\"" + c.uplink + "\"";
+  std::string out = transit;
+  if (out.empty() && !c.uplink.empty()) out = "\"" + c.uplink + "\"";
   std::string deny = "0.0.0.0/8, 10.0.0.0/8, 100.64.0.0/10, 127.0.0.0/8, 169.254.0.0/16, "
                      "172.16.0.0/12, 192.0.0.0/24, 192.168.0.0/16, 224.0.0.0/3";
   for (const std::string& cidr : c.deny) deny += ", " + cidr;

@@ -1,19 +1,19 @@
 #include "net/networks.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <sched.h>
-#include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <charconv>
-#include <cstring>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -292,7 +292,9 @@ uint32_t Networks::RouteTable(const std::string& id) {
   // A number of its own per network id ([a-z0-9]{1,4}, read in base 37), well clear of the
   // usual small table numbers and of 253-255.
   uint32_t code = 0;
-  for (char c : id) code = code * 37 + 1 + static_cast<uint32_t>(c >= 'a' ? c - 'a' + 10 : c - '0');
+  for (char c : id) {
+    code = code * 37 + 1 + static_cast<uint32_t>(c >= 'a' ? c - 'a' + 10 : c - '0');
+  }
   return 0x0A170000u + code;
 }
 
@@ -313,10 +315,10 @@ Status Networks::SetUpUplinkNetns() {
     made = RunProgramOk({"ip", "link", "add", peer, "type", "veth", "peer", "name", transit,
                          "netns", std::to_string(::getpid())});
     if (made) {
-      made = RunProgramOk({"ip", "-b", "-"}, "link set dev " + peer + " addrgenmode none\naddr add " +
-                                                 far + "/30 dev " + peer + "\nlink set " + peer +
-                                                 " up\nroute add " + config_.subnet + " via " +
-                                                 near + " dev " + peer + "\n");
+      made = RunProgramOk({"ip", "-b", "-"},
+                          "link set dev " + peer + " addrgenmode none\naddr add " + far +
+                              "/30 dev " + peer + "\nlink set " + peer + " up\nroute add " +
+                              config_.subnet + " via " + near + " dev " + peer + "\n");
     }
   });
   if (!made) return made;
@@ -350,8 +352,7 @@ Status Networks::SetUpUplinkNetns() {
     made = WriteNetSysctls(uplink_.netns_path, {{"ipv4/ip_forward", "1"}});
     if (!made) return made;
   }
-  const std::string script =
-      Firewall::UplinkScript("airlock_" + config_.id, config_.subnet, peer);
+  const std::string script = Firewall::UplinkScript("airlock_" + config_.id, config_.subnet, peer);
   uplink_ns_->Run([&] { made = Firewall::RunScript(script); });
   if (!made) return std::unexpected(made.error().Wrap("the uplink namespace's nftables table"));
   return {};
@@ -376,7 +377,9 @@ void Networks::TearDownUplinkNetns() {
   if (!uplink_forward_before_.empty() && uplink_forward_before_ != "1") {
     (void)WriteNetSysctls(uplink_.netns_path, {{"ipv4/ip_forward", uplink_forward_before_}});
   }
-  ::unlink(UplinkForwardFile().c_str());
+  // The file goes only with the setting put back (a start that failed before reading it
+  // leaves it for the next one).
+  if (!uplink_forward_before_.empty()) ::unlink(UplinkForwardFile().c_str());
 }
 
 std::string Networks::NetnsName(uint32_t slot) const {

@@ -56,7 +56,8 @@ Result<Uplink> ParseUplink(const std::string& spec) {
   if (auto st = CheckNetns(uplink.netns_path); !st) return std::unexpected(st.error());
   // The daemon's own namespace is no uplink: the transit veth would loop into the host, and
   // the namespace's table would be the daemon's own.
-  struct stat given {}, own {};
+  struct stat given {
+  }, own{};
   if (::stat(uplink.netns_path.c_str(), &given) == 0 && ::stat("/proc/self/ns/net", &own) == 0 &&
       given.st_dev == own.st_dev && given.st_ino == own.st_ino) {
     return Fail(ErrorCode::kInvalidArgument,

@@ -75,9 +75,9 @@ class NetworkUplinkTest : public DaemonTest {
                  " link add up0 type veth peer name eth0 netns " + inet_ + " && ip -n " + upl_ +
                  " link set lo up && ip -n " + upl_ + " addr add " + uplink_ip_ +
                  "/24 dev up0 && ip -n " + upl_ + " link set up0 up && ip -n " + inet_ +
-                 " link set lo up && ip -n " + inet_ + " addr add " + site_ + "/24 dev eth0 && ip -n " +
-                 inet_ + " addr add " + other_site_ + "/24 dev eth0 && ip -n " + inet_ +
-                 " link set eth0 up"),
+                 " link set lo up && ip -n " + inet_ + " addr add " + site_ +
+                 "/24 dev eth0 && ip -n " + inet_ + " addr add " + other_site_ +
+                 "/24 dev eth0 && ip -n " + inet_ + " link set eth0 up"),
               0);
     // A new namespace takes its IPv4 settings from the host's: the uplink starts not forwarding,
     // so that the daemon's stop can be seen to put that back.
@@ -102,16 +102,19 @@ class NetworkUplinkTest : public DaemonTest {
     if (made_) RemoveTopology();
   }
   std::vector<std::string> DaemonArgs() const override {
-    return {"--network-uplink", "netns:" + upl_, "--network-dns",
-            site_ + ":" + std::to_string(dns_->port()), "--network-subnet", subnet_};
+    return {"--network-uplink", "netns:" + upl_,
+            "--network-dns",    site_ + ":" + std::to_string(dns_->port()),
+            "--network-subnet", subnet_};
   }
 
   void RemoveTopology() {
     // The daemon's own leftovers if it was killed last (its stop removes them otherwise).
     if (!id_.empty()) {
       const std::string table = std::to_string(Networks::RouteTable(id_));
-      Sh("ip link del " + Networks::TransitName(id_) + " 2>/dev/null; for i in 1 2 3 4; do ip rule "
-         "del lookup " + table + " 2>/dev/null; done; ip route flush table " + table +
+      Sh("ip link del " + Networks::TransitName(id_) +
+         " 2>/dev/null; for i in 1 2 3 4; do ip rule "
+         "del lookup " +
+         table + " 2>/dev/null; done; ip route flush table " + table +
          " 2>/dev/null; rm -f /run/airlock/network-" + id_ + ".uplink-ip-forward");
     }
     Sh("ip -n " + upl_ + " link del up0 2>/dev/null; ip netns del " + inet_ +
@@ -119,7 +122,9 @@ class NetworkUplinkTest : public DaemonTest {
        "0/24 2>/dev/null; true");
   }
 
-  std::string Create(const json& network) { return CreateSandbox(json{{"network", network}}.dump()); }
+  std::string Create(const json& network) {
+    return CreateSandbox(json{{"network", network}}.dump());
+  }
   std::string Run(const std::string& id, const std::string& cmd, int* code = nullptr) {
     Reply r = daemon_->Call(http::verb::post, "/v1/sandboxes/" + id + "/exec",
                             json{{"cmd", cmd}, {"timeout_seconds", 30}}.dump());
@@ -141,9 +146,10 @@ class NetworkUplinkTest : public DaemonTest {
     p.veth = count("ip -o link show | grep -c ': " + Networks::TransitName(id_) + "[@:]'");
     p.rules = count("ip rule show | grep -c 'lookup " + table + "'");
     p.routes = count("ip route show table " + table + " | grep -c .");
-    p.tables = count("ip netns exec " + upl_ + " nft list tables | grep -c 'inet airlock_" + id_ + "$'");
-    p.peers = count("ip -n " + upl_ + " -o link show | grep -c ': " + Networks::TransitPeerName(id_) +
-                    "[@:]'");
+    p.tables =
+        count("ip netns exec " + upl_ + " nft list tables | grep -c 'inet airlock_" + id_ + "$'");
+    p.peers = count("ip -n " + upl_ +
+                    " -o link show | grep -c ': " + Networks::TransitPeerName(id_) + "[@:]'");
     p.forward = Output("ip netns exec " + upl_ + " cat /proc/sys/net/ipv4/ip_forward");
     return p;
   }
@@ -173,7 +179,8 @@ TEST_F(NetworkUplinkTest, AllowlistProxyAndDnsGoOutThroughTheUplinkNamespace) {
   EXPECT_EQ(Run(id, "getent hosts allowed.test | cut -d' ' -f1"), site_ + "\n");
   EXPECT_GE(dns_->queries_for("allowed.test"), 1u);
   // The proxy, explicitly and transparently; the site sees the uplink namespace's address.
-  EXPECT_EQ(Run(id, "curl -s -m 10 http://allowed.test/"), "site " + site_ + " host allowed.test\n");
+  EXPECT_EQ(Run(id, "curl -s -m 10 http://allowed.test/"),
+            "site " + site_ + " host allowed.test\n");
   EXPECT_EQ(sites_->last_client(site_), uplink_ip_);
   EXPECT_EQ(Run(id, "curl -s -m 10 --noproxy '*' http://allowed.test/"),
             "site " + site_ + " host allowed.test\n");
@@ -196,7 +203,8 @@ TEST_F(NetworkUplinkTest, OpenModeLeavesFromTheUplinkNamespaceOnly) {
   ASSERT_FALSE(a.empty());
   ASSERT_FALSE(b.empty());
   // Positive controls: the site by address and by name, masqueraded in the uplink namespace.
-  EXPECT_EQ(Run(a, "curl -s -m 10 http://" + site_ + "/"), "site " + site_ + " host " + site_ + "\n");
+  EXPECT_EQ(Run(a, "curl -s -m 10 http://" + site_ + "/"),
+            "site " + site_ + " host " + site_ + "\n");
   EXPECT_EQ(sites_->last_client(site_), uplink_ip_);
   EXPECT_EQ(Run(a, "curl -s -m 10 http://other.test:8080/"),
             "site " + other_site_ + " host other.test:8080\n");
@@ -212,7 +220,8 @@ TEST_F(NetworkUplinkTest, OpenModeLeavesFromTheUplinkNamespaceOnly) {
     addr.sin_family = AF_INET;
     ::inet_pton(AF_INET, uplink_ip_.c_str(), &addr.sin_addr);
     socklen_t len = sizeof addr;
-    if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(listener, 16) != 0 ||
+    if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+        ::listen(listener, 16) != 0 ||
         ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
       std::abort();
     }
@@ -237,8 +246,9 @@ TEST_F(NetworkUplinkTest, OpenModeLeavesFromTheUplinkNamespaceOnly) {
   const std::string transit_host = "10.216." + net_ + ".253";
   EXPECT_NE(Output("ip -o addr show " + Networks::TransitName(id_)).find(transit_host + "/30"),
             std::string::npos);
-  Run(a, "timeout 3 bash -c 'exec 3<>/dev/tcp/" + transit_host + "/" +
-             std::to_string(daemon_->port()) + "'",
+  Run(a,
+      "timeout 3 bash -c 'exec 3<>/dev/tcp/" + transit_host + "/" +
+          std::to_string(daemon_->port()) + "'",
       &code);
   EXPECT_NE(code, 0) << "an open sandbox reached the host";
   Run(a, "curl -s -m 3 http://169.254.169.254/", &code);
@@ -268,7 +278,8 @@ TEST_F(NetworkUplinkTest, ItsPlumbingGoesAtStopAndIsNotDoubledAfterAKill) {
   // And it works after the restart.
   const std::string id = Create({{"mode", "open"}});
   ASSERT_FALSE(id.empty());
-  EXPECT_EQ(Run(id, "curl -s -m 10 http://" + site_ + "/"), "site " + site_ + " host " + site_ + "\n");
+  EXPECT_EQ(Run(id, "curl -s -m 10 http://" + site_ + "/"),
+            "site " + site_ + " host " + site_ + "\n");
   // A clean stop removes everything, and the namespace forwards no more (it did not before).
   ASSERT_EQ(daemon_->Stop(SIGTERM), 0);
   p = Look();

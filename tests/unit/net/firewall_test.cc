@@ -106,16 +106,15 @@ TEST_F(FirewallTest, NamespaceUplinkGoesOutTheTransitUnmasqueraded) {
   const size_t out = table.find("chain sandbox_out");
   ASSERT_NE(out, std::string::npos) << table;
   const std::string chain = table.substr(out, table.find('}', out) - out);
-  for (const char* want : {"ip daddr @deny4 drop", "fib daddr type local drop",
-                           "oifname \"alaup\" accept"}) {
+  for (const char* want :
+       {"ip daddr @deny4 drop", "fib daddr type local drop", "oifname \"alaup\" accept"}) {
     EXPECT_NE(chain.find(want), std::string::npos) << want << " in\n" << chain;
   }
   EXPECT_LT(chain.find("@deny4"), chain.find("oifname \"alaup\" accept"));
   EXPECT_EQ(table.find("masquerade"), std::string::npos) << table;
   EXPECT_EQ(table.find("up0"), std::string::npos) << table;
   // Nothing from the uplink namespace reaches the host or is routed by it, but replies.
-  EXPECT_NE(table.find("iifname \"alaup\" ct state established,related accept"),
-            std::string::npos)
+  EXPECT_NE(table.find("iifname \"alaup\" ct state established,related accept"), std::string::npos)
       << table;
   EXPECT_NE(table.find("iifname \"alaup\" drop"), std::string::npos) << table;
   // Open mode exists with a transit and no uplink interface.
@@ -128,16 +127,18 @@ TEST_F(FirewallTest, NamespaceUplinkGoesOutTheTransitUnmasqueraded) {
 }
 
 TEST_F(FirewallTest, UplinkNamespaceTableInstallsAndGoes) {
-  ASSERT_TRUE(Firewall::RunScript(Firewall::UplinkScript("airlock_test", "10.213.0.0/16", "alahost")));
+  ASSERT_TRUE(
+      Firewall::RunScript(Firewall::UplinkScript("airlock_test", "10.213.0.0/16", "alahost")));
   std::string table = Nft("list table inet airlock_test");
-  for (const char* want : {"ip saddr 10.213.0.0/16 oifname != \"alahost\" masquerade",
-                           "oifname \"alahost\" ct state established,related accept",
-                           "oifname \"alahost\" drop", "ip saddr != 10.213.0.0/16 drop",
-                           "iifname \"alahost\" drop"}) {
+  for (const char* want :
+       {"ip saddr 10.213.0.0/16 oifname != \"alahost\" masquerade",
+        "oifname \"alahost\" ct state established,related accept", "oifname \"alahost\" drop",
+        "ip saddr != 10.213.0.0/16 drop", "iifname \"alahost\" drop"}) {
     EXPECT_NE(table.find(want), std::string::npos) << want << " in\n" << table;
   }
   // Again (a restart): replaced, not doubled.
-  ASSERT_TRUE(Firewall::RunScript(Firewall::UplinkScript("airlock_test", "10.213.0.0/16", "alahost")));
+  ASSERT_TRUE(
+      Firewall::RunScript(Firewall::UplinkScript("airlock_test", "10.213.0.0/16", "alahost")));
   table = Nft("list table inet airlock_test");
   const std::string rule = "masquerade";
   EXPECT_EQ(table.find(rule), table.rfind(rule)) << table;

@@ -5,6 +5,7 @@
 #include "net/uplink.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <ifaddrs.h>
 #include <linux/sockios.h>
 #include <sched.h>
@@ -12,8 +13,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <string>
@@ -38,8 +37,7 @@ TEST(UplinkTest, InterfacesAndNothing) {
 }
 
 TEST(UplinkTest, MalformedSettingsAreRefused) {
-  for (const char* bad : {"netns:", "netns:a/b", "netns:..", "netns:.", "relative/path",
-                          "./x"}) {
+  for (const char* bad : {"netns:", "netns:a/b", "netns:..", "netns:.", "relative/path", "./x"}) {
     auto parsed = ParseUplink(bad);
     ASSERT_FALSE(parsed) << bad;
     EXPECT_EQ(parsed.error().code(), ErrorCode::kInvalidArgument) << bad;
