@@ -1,6 +1,7 @@
 #include "net/dns_resolver.h"
 
 #include <sys/random.h>
+#include <sys/socket.h>
 
 #include <array>
 #include <boost/asio/buffer.hpp>
@@ -45,7 +46,7 @@ class ResolveOp : public std::enable_shared_from_this<ResolveOp> {
  public:
   ResolveOp(const asio::any_io_executor& executor, std::vector<std::string> labels, uint16_t qtype,
             std::vector<udp::endpoint> upstream, std::chrono::milliseconds timeout,
-            ResolveHandler done)
+            ResolveHandler done, SocketFactory open_socket)
       : home_(executor),
         strand_(asio::make_strand(executor)),
         labels_(std::move(labels)),
@@ -53,6 +54,7 @@ class ResolveOp : public std::enable_shared_from_this<ResolveOp> {
         upstream_(std::move(upstream)),
         deadline_(Clock::now() + timeout),
         done_(std::move(done)),
+        open_socket_(std::move(open_socket)),
         udp_(strand_),
         tcp_(strand_),
         timer_(strand_) {}
@@ -83,7 +85,7 @@ class ResolveOp : public std::enable_shared_from_this<ResolveOp> {
     query_ = std::make_shared<std::vector<uint8_t>>(BuildQuery(id_, labels_, qtype_));
 
     error_code ec;
-    udp_.open(endpoint_.protocol(), ec);
+    Open(udp_, endpoint_.protocol(), SOCK_DGRAM, ec);
     if (!ec) udp_.connect(endpoint_, ec);  // local only: fixes the peer and the source port
     if (ec) {
       last_error_ =
@@ -147,6 +149,23 @@ class ResolveOp : public std::enable_shared_from_this<ResolveOp> {
     Finish(std::move(result));
   }
 
+  // Opens `socket` for `protocol`: through open_socket_ when there is one (it may live in
+  // another network namespace), else here.
+  template <typename Socket, typename Protocol>
+  void Open(Socket& socket, const Protocol& protocol, int type, error_code& ec) {
+    if (!open_socket_) {
+      socket.open(protocol, ec);
+      return;
+    }
+    auto fd = open_socket_(protocol.family(), type);
+    if (!fd) {
+      ec = error_code(EIO, boost::system::system_category());
+      return;
+    }
+    socket.assign(protocol, fd->get(), ec);
+    if (!ec) (void)fd->Release();
+  }
+
   // TC fallback: the same question to the same server over TCP, framed with a 2-byte length
   // (RFC 1035 4.2.2), still under the attempt's timer.
   void StartTcp() {
@@ -161,6 +180,9 @@ class ResolveOp : public std::enable_shared_from_this<ResolveOp> {
     framed->insert(framed->end(), q.begin(), q.end());
     auto self = shared_from_this();
     int attempt = attempt_;
+    error_code open_ec;
+    Open(tcp_, ep.protocol(), SOCK_STREAM, open_ec);
+    if (open_ec) return AttemptFailed("TCP socket: " + open_ec.message());
     tcp_.async_connect(ep, [self, attempt, framed](error_code ec) {
       if (attempt != self->attempt_ || self->finished_) return;
       if (ec) return self->AttemptFailed("TCP connect: " + ec.message());
@@ -227,6 +249,7 @@ class ResolveOp : public std::enable_shared_from_this<ResolveOp> {
   std::vector<udp::endpoint> upstream_;
   Clock::time_point deadline_;
   ResolveHandler done_;
+  SocketFactory open_socket_;
 
   udp::socket udp_;
   tcp::socket tcp_;
@@ -247,7 +270,7 @@ class ResolveOp : public std::enable_shared_from_this<ResolveOp> {
 
 void AsyncResolve(const asio::any_io_executor& executor, std::string name, uint16_t qtype,
                   std::vector<udp::endpoint> upstream, std::chrono::milliseconds timeout,
-                  ResolveHandler done) {
+                  ResolveHandler done, SocketFactory open_socket) {
   auto labels = SplitName(name);
   std::optional<Error> bad;
   if (!labels) {
@@ -267,17 +290,18 @@ void AsyncResolve(const asio::any_io_executor& executor, std::string name, uint1
     return;
   }
   auto op = std::make_shared<ResolveOp>(executor, std::move(*labels), qtype, std::move(upstream),
-                                        timeout, std::move(done));
+                                        timeout, std::move(done), std::move(open_socket));
   op->Start();
 }
 
 Result<ResolveResult> Resolve(std::string_view name, uint16_t qtype,
                               const std::vector<udp::endpoint>& upstream,
-                              std::chrono::milliseconds timeout) {
+                              std::chrono::milliseconds timeout, SocketFactory open_socket) {
   asio::io_context io;
   std::optional<Result<ResolveResult>> out;
-  AsyncResolve(io.get_executor(), std::string(name), qtype, upstream, timeout,
-               [&out](Result<ResolveResult> r) { out = std::move(r); });
+  AsyncResolve(
+      io.get_executor(), std::string(name), qtype, upstream, timeout,
+      [&out](Result<ResolveResult> r) { out = std::move(r); }, std::move(open_socket));
   io.run();
   AIRLOCK_CHECK(out.has_value());
   return std::move(*out);

@@ -18,6 +18,7 @@
 
 #include "common/error.h"
 #include "net/dns_message.h"
+#include "net/socket_factory.h"
 
 namespace airlock::net::dns {
 
@@ -34,15 +35,19 @@ using ResolveHandler = std::function<void(Result<ResolveResult>)>;
 // from `executor`; `done` is called exactly once, through `executor` (post), never inline.
 // Errors: kInvalidArgument (bad name, type, or no upstream), kDeadlineExceeded (no upstream
 // answered in time), kUnavailable (every upstream failed: SERVFAIL, REFUSED, socket errors).
+// `open_socket` makes the UDP and TCP sockets (unset: socket(2) here; a network namespace as the
+// uplink sets it).
 void AsyncResolve(const boost::asio::any_io_executor& executor, std::string name, uint16_t qtype,
                   std::vector<boost::asio::ip::udp::endpoint> upstream,
-                  std::chrono::milliseconds timeout, ResolveHandler done);
+                  std::chrono::milliseconds timeout, ResolveHandler done,
+                  SocketFactory open_socket = {});
 
 // The same, blocking: runs a private io_context on the calling thread until the answer or the
 // deadline. For callers that are not on an io_context (tools, tests); never call it from a
 // handler, where it would stall every other handler of that thread.
 [[nodiscard]] Result<ResolveResult> Resolve(
     std::string_view name, uint16_t qtype,
-    const std::vector<boost::asio::ip::udp::endpoint>& upstream, std::chrono::milliseconds timeout);
+    const std::vector<boost::asio::ip::udp::endpoint>& upstream, std::chrono::milliseconds timeout,
+    SocketFactory open_socket = {});
 
 }  // namespace airlock::net::dns

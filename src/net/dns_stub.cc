@@ -240,10 +240,12 @@ struct DnsStub::Impl : std::enable_shared_from_this<DnsStub::Impl> {
     }
     pending[key].push_back(Waiter{client, query});
     counters.upstream_queries++;
-    AsyncResolve(strand, *name, qtype, hooks.upstream, options.upstream_timeout,
-                 [self = shared_from_this(), key](Result<ResolveResult> result) {
-                   self->OnResolved(key, std::move(result));
-                 });
+    AsyncResolve(
+        strand, *name, qtype, hooks.upstream, options.upstream_timeout,
+        [self = shared_from_this(), key](Result<ResolveResult> result) {
+          self->OnResolved(key, std::move(result));
+        },
+        hooks.open_socket);
   }
 
   void OnResolved(const CacheKey& key, Result<ResolveResult> result) {

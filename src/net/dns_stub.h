@@ -30,6 +30,7 @@
 
 #include "common/error.h"
 #include "net/dns_message.h"
+#include "net/socket_factory.h"
 
 namespace airlock::net::dns {
 
@@ -62,6 +63,8 @@ struct DnsHooks {
   // Whether an address from upstream may be given to a sandbox. Unset: every address may.
   std::function<bool(const boost::asio::ip::address&)> address_ok;
   std::vector<boost::asio::ip::udp::endpoint> upstream;
+  // Makes the sockets that ask upstream (unset: socket(2), in this network namespace).
+  SocketFactory open_socket;
   // An audit record per answered (or dropped) query. Unset: none.
   std::function<void(const DnsEvent&)> on_event;
 };

@@ -630,6 +630,13 @@ struct EgressProxy::State : std::enable_shared_from_this<EgressProxy::State> {
     for (const auto& ip : addresses) {
       error_code cec;
       c->upstream.close(cec);
+      if (hooks.open_socket) {
+        auto fd = hooks.open_socket(ip.is_v4() ? AF_INET : AF_INET6, SOCK_STREAM);
+        if (!fd) continue;
+        c->upstream.assign(ip.is_v4() ? tcp::v4() : tcp::v6(), fd->get(), cec);
+        if (cec) continue;
+        (void)fd->Release();
+      }
       co_await c->upstream.async_connect(tcp::endpoint(ip, port),
                                          asio::redirect_error(asio::use_awaitable, cec));
       if (c->closed) co_return;

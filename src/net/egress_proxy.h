@@ -27,6 +27,7 @@
 
 #include "common/error.h"
 #include "net/policy.h"
+#include "net/socket_factory.h"
 
 namespace airlock::net {
 
@@ -71,6 +72,9 @@ struct ProxyHooks {
   // Unset: OriginalDestination below. Tests inject one.
   std::function<std::optional<boost::asio::ip::tcp::endpoint>(boost::asio::ip::tcp::socket&)>
       original_destination;
+  // Makes the sockets dialled upstream. Unset: socket(2) on the proxy's thread (the daemon's
+  // network namespace); a network namespace as the uplink sets it.
+  SocketFactory open_socket;
 };
 
 class EgressProxy {

@@ -31,6 +31,10 @@ bool SafeIfname(const std::string& name) {
 std::string Firewall::Script(const FirewallConfig& c) {
   const std::string t = "inet " + c.table, veth = "\"" + c.veth_prefix + "*\"";
   const std::string proxy = std::to_string(c.proxy_port);
+  // Where open sandboxes go out: the uplink interface, or the transit veth to a namespace uplink.
+  const std::string transit = c.transit.empty() ? "" : "\"" + c.transit + "\"";
+  std::string out = transit;
+  if (out.empty() && !c.uplink.empty()) out = "\"" + c.uplink + "\"";
   std::string deny = "0.0.0.0/8, 10.0.0.0/8, 100.64.0.0/10, 127.0.0.0/8, 169.254.0.0/16, "
                      "172.16.0.0/12, 192.0.0.0/24, 192.168.0.0/16, 224.0.0.0/3";
   for (const std::string& cidr : c.deny) deny += ", " + cidr;
@@ -47,6 +51,10 @@ std::string Firewall::Script(const FirewallConfig& c) {
   s += "  chain input {\n";
   s += "    type filter hook input priority filter; policy accept;\n";
   s += "    iifname " + veth + " goto sandbox_in\n";
+  if (!transit.empty()) {  // the uplink namespace reaches nothing on the host
+    s += "    iifname " + transit + " ct state established,related accept\n";
+    s += "    iifname " + transit + " drop\n";
+  }
   s += "  }\n";
   s += "  chain sandbox_in {\n";
   s += "    meta nfproto ipv6 drop\n";
@@ -62,14 +70,15 @@ std::string Firewall::Script(const FirewallConfig& c) {
   s += "    iifname " + veth + " goto sandbox_out\n";
   s += "    oifname " + veth + " ct state established,related accept\n";
   s += "    oifname " + veth + " drop\n";
+  if (!transit.empty()) s += "    iifname " + transit + " drop\n";  // not a router for it
   s += "  }\n";
   s += "  chain sandbox_out {\n";
   s += "    meta nfproto ipv6 drop\n";
-  if (!c.uplink.empty()) {
+  if (!out.empty()) {
     s += "    iifname != @open drop\n";
     s += "    ip daddr @deny4 drop\n";
     s += "    fib daddr type local drop\n";
-    s += "    oifname \"" + c.uplink + "\" accept\n";
+    s += "    oifname " + out + " accept\n";
   }
   s += "    drop\n";
   s += "  }\n";
@@ -78,7 +87,7 @@ std::string Firewall::Script(const FirewallConfig& c) {
   s += "    type nat hook prerouting priority dstnat; policy accept;\n";
   s += "    iifname @allowlist tcp dport { 80, 443 } redirect to :" + proxy + "\n";
   s += "  }\n";
-  if (!c.uplink.empty() && !c.subnet.empty()) {
+  if (transit.empty() && !c.uplink.empty() && !c.subnet.empty()) {
     s += "  chain postrouting {\n";
     s += "    type nat hook postrouting priority srcnat; policy accept;\n";
     s += "    ip saddr " + c.subnet + " oifname \"" + c.uplink + "\" masquerade\n";
@@ -88,9 +97,59 @@ std::string Firewall::Script(const FirewallConfig& c) {
   return s;
 }
 
+std::string Firewall::UplinkScript(const std::string& table, const std::string& subnet,
+                                   const std::string& peer) {
+  const std::string t = "inet " + table, p = "\"" + peer + "\"";
+  std::string s;
+  s += "add table " + t + "\n";
+  s += "delete table " + t + "\n";
+  s += "table " + t + " {\n";
+  // The sandboxes' traffic from the host: out anywhere (the host's table has judged it), and
+  // only replies back to them.
+  s += "  chain forward {\n";
+  s += "    type filter hook forward priority filter; policy accept;\n";
+  s += "    oifname " + p + " ct state established,related accept\n";
+  s += "    oifname " + p + " drop\n";
+  s += "    iifname " + p + " meta nfproto ipv6 drop\n";
+  s += "    iifname " + p + " ip saddr != " + subnet + " drop\n";
+  s += "  }\n";
+  // Nothing of the namespace itself is a sandbox's to reach.
+  s += "  chain input {\n";
+  s += "    type filter hook input priority filter; policy accept;\n";
+  s += "    iifname " + p + " ct state established,related accept\n";
+  s += "    iifname " + p + " drop\n";
+  s += "  }\n";
+  s += "  chain postrouting {\n";
+  s += "    type nat hook postrouting priority srcnat; policy accept;\n";
+  s += "    ip saddr " + subnet + " oifname != " + p + " masquerade\n";
+  s += "  }\n";
+  s += "}\n";
+  return s;
+}
+
+std::string Firewall::DeleteScript(const std::string& table) {
+  return "add table inet " + table + "\ndelete table inet " + table + "\n";
+}
+
+Status Firewall::RunScript(const std::string& commands) {
+  std::lock_guard lock(NftMutex());
+  nft_ctx* ctx = nft_ctx_new(NFT_CTX_DEFAULT);
+  if (ctx == nullptr) return Fail(ErrorCode::kInternal, "libnftables: nft_ctx_new failed");
+  nft_ctx_buffer_error(ctx);
+  int rc = nft_run_cmd_from_buffer(ctx, commands.c_str());
+  std::string err = nft_ctx_get_error_buffer(ctx);
+  nft_ctx_free(ctx);
+  if (rc != 0) {
+    while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) err.pop_back();
+    return Fail(ErrorCode::kInternal, "nftables: " + (err.empty() ? "failed" : err));
+  }
+  return {};
+}
+
 Result<std::unique_ptr<Firewall>> Firewall::Install(const FirewallConfig& config) {
   if (!SafeIfname(config.table) || !SafeIfname(config.veth_prefix) ||
-      (!config.uplink.empty() && !SafeIfname(config.uplink))) {
+      (!config.uplink.empty() && !SafeIfname(config.uplink)) ||
+      (!config.transit.empty() && !SafeIfname(config.transit))) {
     return Fail(ErrorCode::kInvalidArgument,
                 "the firewall's table, veth prefix and uplink must be interface-like names");
   }
@@ -104,7 +163,7 @@ Result<std::unique_ptr<Firewall>> Firewall::Install(const FirewallConfig& config
 }
 
 Firewall::~Firewall() {
-  (void)Run("add table inet " + config_.table + "\ndelete table inet " + config_.table + "\n");
+  (void)Run(DeleteScript(config_.table));
   std::lock_guard lock(NftMutex());
   nft_ctx_free(ctx_);
 }
@@ -127,7 +186,7 @@ Status Firewall::SetMode(const std::string& ifname, FirewallMode mode) {
   const std::string t = "inet " + config_.table, e = " { \"" + ifname + "\" }\n";
   const char* to = mode == FirewallMode::kOpen ? "open" : "allowlist";
   const char* from = mode == FirewallMode::kOpen ? "allowlist" : "open";
-  if (mode == FirewallMode::kOpen && config_.uplink.empty()) {
+  if (mode == FirewallMode::kOpen && config_.uplink.empty() && config_.transit.empty()) {
     return Fail(ErrorCode::kFailedPrecondition,
                 "network mode open needs an uplink (network_uplink in airlockd.toml)");
   }

@@ -6,7 +6,8 @@
 //
 //   allowlist: nothing is forwarded; TCP 80/443 is redirected to the egress proxy; only the
 //              proxy's port and DNS (53) on the gateway are open to it.
-//   open:      forwarded to the uplink (masqueraded) unless the destination is in the
+//   open:      forwarded to the uplink (masqueraded; or to the transit veth of a namespace
+//              uplink, which masquerades) unless the destination is in the
 //              always-deny ranges or is one of the host's own addresses; DNS on the gateway.
 //   (none:     the sandbox has no veth at all.)
 //
@@ -31,6 +32,10 @@ struct FirewallConfig {
   std::string subnet;                // where the sandbox addresses come from ("10.213.0.0/16")
   uint16_t proxy_port = 0;           // the egress proxy, on every gateway address
   std::string uplink;                // where open sandboxes go out; "": no open mode
+  // With a network namespace as the uplink: the host's end of the transit veth to it. Open
+  // sandboxes go out through it (instead of `uplink`), unmasqueraded (the namespace masquerades,
+  // UplinkScript), and nothing that comes in through it is let in or forwarded but replies.
+  std::string transit;
   // Destinations no open sandbox reaches (CIDRs, IPv4), on top of the host's own addresses.
   std::vector<std::string> deny;
 };
@@ -54,6 +59,17 @@ class Firewall {
 
   // The script Install runs (for tests and `nft -f` debugging).
   static std::string Script(const FirewallConfig& config);
+  // The table the daemon puts in a network namespace that is its uplink (run there with
+  // RunScript): forwarding from `peer` (the namespace's end of the transit veth) only for
+  // `subnet`, into it only replies, nothing from it to the namespace itself, and `subnet`
+  // masqueraded out of every other interface.
+  static std::string UplinkScript(const std::string& table, const std::string& subnet,
+                                  const std::string& peer);
+  // Deletes `table` (family inet) if it is there.
+  static std::string DeleteScript(const std::string& table);
+  // Runs nftables commands with a context of their own, in the calling thread's network
+  // namespace (NetnsThread::Run).
+  [[nodiscard]] static Status RunScript(const std::string& commands);
 
  private:
   Firewall(FirewallConfig config, nft_ctx* ctx) : config_(std::move(config)), ctx_(ctx) {}

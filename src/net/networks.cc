@@ -1,19 +1,19 @@
 #include "net/networks.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <sched.h>
-#include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <charconv>
-#include <cstring>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -22,6 +22,7 @@
 #include "net/dns.h"
 #include "net/egress_proxy.h"
 #include "net/firewall.h"
+#include "net/uplink.h"
 
 namespace airlock::net {
 namespace {
@@ -31,6 +32,9 @@ using asio::ip::address_v4;
 
 constexpr uint32_t kMaxSlots = 16384;
 constexpr auto kResolveTimeout = std::chrono::seconds(3);
+// The priority of the policy rule that sends sandboxes' traffic to a namespace uplink: before the
+// main table (32766).
+constexpr int kUplinkRulePriority = 32000;
 
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -38,10 +42,10 @@ int64_t NowMs() {
       .count();
 }
 
-// The nameservers of the host's resolv.conf, port 53.
-std::vector<asio::ip::udp::endpoint> HostNameservers() {
+// The nameservers of a resolv.conf (the host's unless told), port 53.
+std::vector<asio::ip::udp::endpoint> HostNameservers(const std::string& path = "/etc/resolv.conf") {
   std::vector<asio::ip::udp::endpoint> out;
-  std::ifstream in("/etc/resolv.conf");
+  std::ifstream in(path);
   std::string line;
   while (std::getline(in, line)) {
     std::istringstream words(line);
@@ -130,8 +134,25 @@ Result<std::unique_ptr<Networks>> Networks::Open(NetworksConfig config) {
     return Fail(ErrorCode::kInvalidArgument,
                 "network_subnet must be an IPv4 range from /16 to /28, got " + config.subnet);
   }
+  auto uplink = ParseUplink(config.uplink);
+  if (!uplink) return std::unexpected(uplink.error());
+  if (config.dns_upstream.empty() && !uplink->netns_name.empty() &&
+      ::access(("/etc/netns/" + uplink->netns_name + "/resolv.conf").c_str(), R_OK) == 0) {
+    config.dns_upstream = HostNameservers("/etc/netns/" + uplink->netns_name + "/resolv.conf");
+  }
   if (config.dns_upstream.empty()) config.dns_upstream = HostNameservers();
   for (const Cidr& c : HostAddresses()) config.host_denied.push_back(c);
+  // A namespace uplink: a thread of ours lives in it. Its own addresses are as out of reach as
+  // the host's (the proxy dials from there).
+  std::unique_ptr<NetnsThread> uplink_ns;
+  if (uplink->is_netns()) {
+    auto thread = NetnsThread::Start(uplink->netns_path);
+    if (!thread) return std::unexpected(thread.error().Wrap("network_uplink"));
+    uplink_ns = std::move(*thread);
+    std::vector<Cidr> inside;
+    uplink_ns->Run([&inside] { inside = HostAddresses(); });
+    for (const Cidr& c : inside) config.host_denied.push_back(c);
+  }
   // One daemon per network id: a second one would replace the first's table and take its
   // namespaces for leftovers.
   ::mkdir("/run/airlock", 0755);
@@ -146,14 +167,23 @@ Result<std::unique_ptr<Networks>> Networks::Open(NetworksConfig config) {
   n->lock_ = std::move(lock);
   n->base_ = subnet->network.to_v4().to_uint();
   n->slots_ = std::min<uint32_t>(kMaxSlots, 1u << (30 - subnet->prefix));
+  n->uplink_ = *uplink;
+  n->uplink_ns_ = std::move(uplink_ns);
+  if (n->uplink_ns_) --n->slots_;  // the subnet's last /30 is the transit link's
   n->used_.assign(n->slots_, false);
 
   ProxyHooks hooks;
   Networks* self = n.get();
   hooks.policy_for = [self](const IpAddress& client) { return self->PolicyFor(client); };
-  hooks.resolve = [self](const std::string& name) -> Result<std::vector<IpAddress>> {
+  // With a namespace uplink, every upstream socket (the proxy's, its resolver's, the stubs')
+  // is made in that namespace; else the default, here.
+  SocketFactory open_socket;
+  if (n->uplink_ns_) open_socket = n->uplink_ns_->Factory();
+  hooks.open_socket = open_socket;
+  hooks.resolve = [self, open_socket](const std::string& name) -> Result<std::vector<IpAddress>> {
     for (uint16_t type : {dns::kTypeA, dns::kTypeAaaa}) {
-      auto answer = dns::Resolve(name, type, self->config_.dns_upstream, kResolveTimeout);
+      auto answer =
+          dns::Resolve(name, type, self->config_.dns_upstream, kResolveTimeout, open_socket);
       if (!answer) return std::unexpected(answer.error());
       if (!answer->addresses.empty()) return answer->addresses;
     }
@@ -188,7 +218,11 @@ Result<std::unique_ptr<Networks>> Networks::Open(NetworksConfig config) {
   fw.veth_prefix = "al" + n->config_.id + "-";
   fw.subnet = n->config_.subnet;
   fw.proxy_port = n->proxy_->port();
-  fw.uplink = n->config_.uplink;
+  if (n->uplink_ns_) {
+    fw.transit = TransitName(n->config_.id);
+  } else {
+    fw.uplink = n->uplink_.interface;
+  }
   for (const Cidr& c : n->config_.host_denied) {
     if (c.network.is_v4()) fw.deny.push_back(c.ToString());
   }
@@ -202,6 +236,13 @@ Result<std::unique_ptr<Networks>> Networks::Open(NetworksConfig config) {
       std::ofstream forward("/proc/sys/net/ipv4/ip_forward");
       forward << "1\n";
       if (!forward.flush()) return Fail(ErrorCode::kInternal, "enabling IPv4 forwarding failed");
+    }
+  }
+  // What a killed run linked to a namespace uplink goes first, whatever the uplink is now.
+  n->RemoveTransit();
+  if (n->uplink_ns_) {
+    if (auto st = n->SetUpUplinkNetns(); !st) {
+      return std::unexpected(st.error().Wrap("linking to the uplink " + n->config_.uplink));
     }
   }
   n->io_thread_ = std::thread([self] {
@@ -243,6 +284,102 @@ Networks::~Networks() {
   if (!ip_forward_before_.empty() && ip_forward_before_ != "1") {
     std::ofstream("/proc/sys/net/ipv4/ip_forward") << ip_forward_before_ << "\n";
   }
+  if (uplink_ns_) TearDownUplinkNetns();
+  uplink_ns_.reset();
+}
+
+uint32_t Networks::RouteTable(const std::string& id) {
+  // A number of its own per network id ([a-z0-9]{1,4}, read in base 37), well clear of the
+  // usual small table numbers and of 253-255.
+  uint32_t code = 0;
+  for (char c : id) {
+    code = code * 37 + 1 + static_cast<uint32_t>(c >= 'a' ? c - 'a' + 10 : c - '0');
+  }
+  return 0x0A170000u + code;
+}
+
+std::string Networks::UplinkForwardFile() const {
+  return "/run/airlock/network-" + config_.id + ".uplink-ip-forward";
+}
+
+Status Networks::SetUpUplinkNetns() {
+  const std::string transit = TransitName(config_.id), peer = TransitPeerName(config_.id);
+  const std::string table = std::to_string(RouteTable(config_.id));
+  const std::string near = address_v4(base_ + 4 * slots_ + 1).to_string();  // the host's end
+  const std::string far = address_v4(base_ + 4 * slots_ + 2).to_string();   // the namespace's
+  // The pair is made from inside the namespace, its host end sent to the daemon's own namespace
+  // (that of its main thread, which never leaves it): a namespace given by a path has no name
+  // `ip` could use from here.
+  Status made;
+  uplink_ns_->Run([&] {
+    made = RunProgramOk({"ip", "link", "add", peer, "type", "veth", "peer", "name", transit,
+                         "netns", std::to_string(::getpid())});
+    if (made) {
+      made = RunProgramOk({"ip", "-b", "-"},
+                          "link set dev " + peer + " addrgenmode none\naddr add " + far +
+                              "/30 dev " + peer + "\nlink set " + peer + " up\nroute add " +
+                              config_.subnet + " via " + near + " dev " + peer + "\n");
+    }
+  });
+  if (!made) return made;
+  // Sandboxes' traffic (from the subnet) takes the daemon's table: to the subnet itself as
+  // before (throw: back to the main table), everything else into the namespace.
+  made = RunProgramOk({"ip", "-b", "-"},
+                      "link set dev " + transit + " addrgenmode none\naddr add " + near +
+                          "/30 dev " + transit + "\nlink set " + transit + " up\nroute add throw " +
+                          config_.subnet + " table " + table + "\nroute add default via " + far +
+                          " dev " + transit + " onlink table " + table + "\nrule add from " +
+                          config_.subnet + " lookup " + table + " priority " +
+                          std::to_string(kUplinkRulePriority) + "\n");
+  if (made) {
+    made = WriteNetSysctls("", {{"ipv6/conf/" + transit + "/accept_ra", "0"},
+                                {"ipv6/conf/" + transit + "/disable_ipv6", "1"}});
+  }
+  if (made) {
+    made = WriteNetSysctls(uplink_.netns_path, {{"ipv6/conf/" + peer + "/accept_ra", "0"},
+                                                {"ipv6/conf/" + peer + "/disable_ipv6", "1"}});
+  }
+  if (!made) return made;
+  // The namespace forwards and masquerades. Its ip_forward as the first run found it is kept in
+  // a file, so that the stop after a killed run still puts it back.
+  std::string current;
+  uplink_ns_->Run([&] { std::ifstream("/proc/sys/net/ipv4/ip_forward") >> current; });
+  if (!(std::ifstream(UplinkForwardFile()) >> uplink_forward_before_)) {
+    uplink_forward_before_ = current;
+    std::ofstream(UplinkForwardFile()) << current << "\n";
+  }
+  if (current != "1") {
+    made = WriteNetSysctls(uplink_.netns_path, {{"ipv4/ip_forward", "1"}});
+    if (!made) return made;
+  }
+  const std::string script = Firewall::UplinkScript("airlock_" + config_.id, config_.subnet, peer);
+  uplink_ns_->Run([&] { made = Firewall::RunScript(script); });
+  if (!made) return std::unexpected(made.error().Wrap("the uplink namespace's nftables table"));
+  return {};
+}
+
+void Networks::RemoveTransit() {
+  const std::string transit = TransitName(config_.id);
+  const std::string table = std::to_string(RouteTable(config_.id));
+  // The veth takes its peer and the routes through it; the rule and the throw route stay.
+  if (::access(("/sys/class/net/" + transit).c_str(), F_OK) == 0) {
+    (void)RunProgram({"ip", "link", "del", transit});
+  }
+  for (int i = 0; i < 8 && RunProgramOk({"ip", "rule", "del", "lookup", table}); ++i) {
+  }
+  (void)RunProgram({"ip", "route", "flush", "table", table});
+}
+
+void Networks::TearDownUplinkNetns() {
+  RemoveTransit();
+  const std::string script = Firewall::DeleteScript("airlock_" + config_.id);
+  uplink_ns_->Run([&] { (void)Firewall::RunScript(script); });
+  if (!uplink_forward_before_.empty() && uplink_forward_before_ != "1") {
+    (void)WriteNetSysctls(uplink_.netns_path, {{"ipv4/ip_forward", uplink_forward_before_}});
+  }
+  // The file goes only with the setting put back (a start that failed before reading it
+  // leaves it for the next one).
+  if (!uplink_forward_before_.empty()) ::unlink(UplinkForwardFile().c_str());
 }
 
 std::string Networks::NetnsName(uint32_t slot) const {
@@ -460,6 +597,7 @@ Result<Attachment> Networks::Join(const std::string& sandbox, uint32_t slot,
   options.listen = asio::ip::udp::endpoint(Gateway(slot), 53);
   dns::DnsHooks hooks;
   hooks.upstream = config_.dns_upstream;
+  if (uplink_ns_) hooks.open_socket = uplink_ns_->Factory();
   hooks.allowed = [this](const IpAddress& client, const std::string& name) -> std::optional<bool> {
     auto p = PolicyFor(client);
     if (!p) return std::nullopt;

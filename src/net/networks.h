@@ -26,11 +26,13 @@
 #include "common/error.h"
 #include "common/unique_fd.h"
 #include "net/policy.h"
+#include "net/uplink.h"
 
 namespace airlock::net {
 
 class Firewall;
 class EgressProxy;
+class NetnsThread;
 namespace dns {
 class DnsStub;
 }
@@ -53,8 +55,11 @@ struct NetworkEvent {
 struct NetworksConfig {
   std::string id = "a";                   // [a-z0-9]{1,4}
   std::string subnet = "10.213.0.0/16";   // IPv4, /16../28: a /30 per sandbox
-  std::string uplink;                     // where "open" sandboxes go out; "": no open mode
-  std::vector<boost::asio::ip::udp::endpoint> dns_upstream;  // "": the host's resolv.conf
+  // Where "open" sandboxes go out ("": no open mode): an interface, or a network namespace
+  // ("netns:NAME" or a path; uplink.h), through which the proxy and DNS then go out too.
+  std::string uplink;
+  // "": the host's resolv.conf (with uplink netns:NAME, /etc/netns/NAME/resolv.conf if any).
+  std::vector<boost::asio::ip::udp::endpoint> dns_upstream;
   std::vector<Cidr> host_denied;  // ranges no sandbox reaches (the host's own addresses, ...)
   // Links (namespace, veth, addresses) made ahead of time, so that a create takes one instead
   // of starting `ip` twice. 0: every link is made at its create.
@@ -105,6 +110,14 @@ class Networks {
   uint16_t proxy_port() const;
   const NetworksConfig& config() const { return config_; }
 
+  // With a network namespace as the uplink, what links the host to it (docs/design/network.md,
+  // "A network namespace as the uplink"): the host's end of the transit veth, the namespace's
+  // end, and the routing table of the daemon's policy rule. Names from the network id, so that
+  // a restart finds what a killed run left.
+  static std::string TransitName(const std::string& id) { return "al" + id + "up"; }
+  static std::string TransitPeerName(const std::string& id) { return "al" + id + "host"; }
+  static uint32_t RouteTable(const std::string& id);
+
   struct Attached;
 
  private:
@@ -112,6 +125,10 @@ class Networks {
   Result<Attachment> Join(const std::string& sandbox, uint32_t slot, const NetworkPolicy& policy,
                           bool make_link);
   Status ApplyMode(const std::string& veth, NetworkMode mode);  // the firewall set it is in
+  Status SetUpUplinkNetns();   // the transit veth, route, rule and the namespace's own table
+  void RemoveTransit();        // what SetUpUplinkNetns made on the host (also a killed run's)
+  void TearDownUplinkNetns();  // all of it, and the namespace's forwarding put back
+  std::string UplinkForwardFile() const;  // the namespace's ip_forward before the first run
   Status MakeLink(uint32_t slot);    // the namespace and the veth of a slot, configured
   Status DeleteLink(uint32_t slot);  // both gone; one that is not there is not an error
   bool TakeSlotLocked(uint32_t& slot);
@@ -128,7 +145,10 @@ class Networks {
   UniqueFd lock_;       // flock on /run/airlock/network-<id>.lock, held while open
   std::string ip_forward_before_;  // net.ipv4.ip_forward as found, when an uplink needed it
   uint32_t base_ = 0;   // the subnet's first address, host order
-  uint32_t slots_ = 0;  // how many /30s it holds
+  uint32_t slots_ = 0;  // how many /30s sandboxes may have (a namespace uplink takes the last)
+  Uplink uplink_;
+  std::unique_ptr<NetnsThread> uplink_ns_;  // a thread inside a namespace uplink
+  std::string uplink_forward_before_;       // its net.ipv4.ip_forward before the first run
   boost::asio::io_context io_;
   std::unique_ptr<Firewall> firewall_;
   std::unique_ptr<EgressProxy> proxy_;

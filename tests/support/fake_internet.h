@@ -88,6 +88,11 @@ class FakeSites {
     std::lock_guard lock(mu_);
     return received_[address];
   }
+  // The source address of the last connection there ("" if none came): who the site saw.
+  std::string last_client(const std::string& address) {
+    std::lock_guard lock(mu_);
+    return last_client_[address];
+  }
 
  private:
   struct Listener {
@@ -168,11 +173,17 @@ class FakeSites {
       if (::poll(fds.data(), fds.size(), 100) <= 0) continue;
       for (size_t i = 0; i < fds.size(); ++i) {
         if (!(fds[i].revents & POLLIN)) continue;
-        int c = ::accept4(listeners_[i].fd, nullptr, nullptr, SOCK_CLOEXEC);
+        sockaddr_in peer{};
+        socklen_t peer_size = sizeof peer;
+        int c = ::accept4(listeners_[i].fd, reinterpret_cast<sockaddr*>(&peer), &peer_size,
+                          SOCK_CLOEXEC);
         if (c < 0) continue;
         {
+          char text[INET_ADDRSTRLEN] = "";
+          ::inet_ntop(AF_INET, &peer.sin_addr, text, sizeof text);
           std::lock_guard lock(mu_);
           ++hits_[listeners_[i].name];
+          last_client_[listeners_[i].name] = text;
         }
         Answer(c, listeners_[i]);
         ::close(c);
@@ -187,6 +198,7 @@ class FakeSites {
   std::mutex mu_;
   std::map<std::string, int> hits_;
   std::map<std::string, int> received_;
+  std::map<std::string, std::string> last_client_;
 };
 
 // The topology: namespace airlock-fake-N with eth0 (198.18.N.2 and .3, default route via .1),

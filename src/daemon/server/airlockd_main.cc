@@ -4,8 +4,8 @@
 //   airlockd [--config FILE] [--listen HOST:PORT] [--state-dir DIR] [--no-auth]
 //            [--on-shutdown keep|destroy] [--workers N] [--agent PATH] [--launcher PATH]
 //            [--log-level LEVEL] [--image-dir DIR] [--debian-mirror URL]
-//            [--network-id ID] [--network-subnet CIDR] [--network-uplink IF] [--network-dns LIST]
-//            [--network-warm-links N]
+//            [--network-id ID] [--network-subnet CIDR] [--network-uplink IF|netns:NAME|PATH]
+//            [--network-dns LIST] [--network-warm-links N]
 //
 // The first line on stdout is "listening on HOST:PORT" (with the real port when PORT is 0).
 // At start it reconciles its records with what the engine has (adopting live sandboxes).
@@ -38,6 +38,7 @@
 #include "daemon/server/network_event_log.h"
 #include "daemon/server/router.h"
 #include "daemon/store/store.h"
+#include "net/uplink.h"
 #include "runtime/jail/jail_runtime.h"
 
 namespace {
@@ -50,8 +51,9 @@ constexpr const char* kUsage =
     "                [--on-shutdown keep|destroy] [--workers N] [--agent PATH]\n"
     "                [--launcher PATH] [--log-level trace|debug|info|warn|error]\n"
     "                [--pool.TEMPLATE N] [--image-dir DIR] [--debian-mirror URL]\n"
-    "                [--network-id ID] [--network-subnet CIDR] [--network-uplink IF]\n"
-    "                [--network-dns IP[:PORT],...] [--network-warm-links N]\n"
+    "                [--network-id ID] [--network-subnet CIDR]\n"
+    "                [--network-uplink IF|netns:NAME|PATH] [--network-dns IP[:PORT],...]\n"
+    "                [--network-warm-links N]\n"
     "                [--network-events-keep N] [--network-events-flush-ms MS]\n"
     "                [--destroyed-keep 0|Ns|Nm|Nh|Nd]\n"
     "Settings come from the defaults, then the config file (--config, else\n"
@@ -237,6 +239,11 @@ int main(int argc, char** argv) {
     };
     nc.id = flags.network_id;
     nc.subnet = flags.network_subnet;
+    // A namespace uplink that is not there is a configuration error, not a host without
+    // networking: the daemon stops here, saying what is wrong.
+    if (auto uplink = net::ParseUplink(flags.network_uplink); !uplink) {
+      Die(uplink.error().message(), 2);
+    }
     nc.uplink = flags.network_uplink;
     nc.warm_links = static_cast<size_t>(flags.network_warm_links);
     auto upstream = ParseDnsServers(flags.network_dns);

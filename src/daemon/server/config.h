@@ -13,7 +13,8 @@
 //   image_dir = "/var/lib/airlock/images"   # OCI image archives templates may start from
 //   debian_mirror = "http://deb.debian.org/debian"   # for "debian:<suite>" bases
 //   network_subnet = "10.213.0.0/16"   # sandbox addresses, a /30 each
-//   network_uplink = "eth0"            # what "open" sandboxes go out through
+//   network_uplink = "eth0"            # what "open" sandboxes go out through, or a network
+//                                      # namespace: "netns:NAME", "/proc/PID/ns/net"
 //   destroyed_keep = "7d"              # records of destroyed sandboxes; "0": for ever
 //
 // Strings are double-quoted (\" and \\ escapes), booleans true / false, numbers decimal.
@@ -49,7 +50,8 @@ struct Config {
   std::string debian_mirror = "http://deb.debian.org/debian";
   // Sandbox networking (docs/design/network.md): this daemon's network id (names its nftables
   // table, namespaces and veths), the IPv4 range sandbox addresses come from (a /30 each), the
-  // interface "open" sandboxes go out through ("": no open mode), and the DNS servers the
+  // interface or network namespace "open" sandboxes go out through ("": no open mode; a
+  // namespace carries the proxy's and DNS's traffic too, net/uplink.h), and the DNS servers the
   // stubs and the proxy ask ("": the host's resolv.conf), "IP[:PORT],...".
   std::string network_id = "a";
   std::string network_subnet = "10.213.0.0/16";

@@ -714,6 +714,30 @@ TEST_F(ResolverTest, TcpFallbackOnTruncation) {
   EXPECT_EQ(auth_.queries(), 2u);  // one UDP, one TCP
 }
 
+// A socket factory (a namespace uplink's) makes every socket of a resolution, UDP and the TCP
+// retry; one that fails means nothing is sent.
+TEST_F(ResolverTest, SocketsComeFromTheFactory) {
+  if (!auth_.has_tcp()) GTEST_SKIP() << "the fake authority could not bind TCP on its UDP port";
+  std::vector<int> types;
+  SocketFactory counting = [&types](int domain, int type) -> Result<UniqueFd> {
+    types.push_back(type);
+    return UniqueFd(socket(domain, type | SOCK_CLOEXEC, 0));
+  };
+  auth_.truncate_udp = true;
+  auto r = Resolve("www.example.com", kTypeA, Upstream(), std::chrono::seconds(2), counting);
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(r->addresses.size(), 2u);
+  EXPECT_EQ(types, (std::vector<int>{SOCK_DGRAM, SOCK_STREAM}));
+
+  SocketFactory failing = [](int, int) -> Result<UniqueFd> {
+    return Fail(ErrorCode::kUnavailable, "no namespace");
+  };
+  const uint64_t before = auth_.queries();
+  auto refused = Resolve("www.example.com", kTypeA, Upstream(), std::chrono::seconds(1), failing);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(auth_.queries(), before);
+}
+
 TEST_F(ResolverTest, BadArguments) {
   EXPECT_EQ(Resolve("www.example.com", kTypeA, {}, std::chrono::seconds(1)).error().code(),
             ErrorCode::kInvalidArgument);

@@ -173,8 +173,9 @@ class EgressProxyTest : public testing::Test {
               {"rebind.test", {"169.254.169.254"}}};
   }
 
-  void StartProxy(ProxyLimits limits = {}) {
+  void StartProxy(ProxyLimits limits = {}, SocketFactory open_socket = {}) {
     ProxyHooks hooks;
+    hooks.open_socket = std::move(open_socket);
     hooks.policy_for = [this](const IpAddress& client) -> std::optional<NetworkPolicy> {
       std::lock_guard lock(mu_);
       if (client != asio::ip::make_address("127.0.0.1")) return std::nullopt;
@@ -329,6 +330,32 @@ TEST_F(EgressProxyTest, ConnectAllowedSplicesBothWays) {
   ASSERT_TRUE(closed);
   EXPECT_EQ(closed->bytes_up, 100004u);
   EXPECT_EQ(closed->bytes_down, 100004u);
+}
+
+// With a namespace uplink the daemon hands the proxy a socket factory: every upstream socket
+// comes from it, and when it fails nothing is dialled.
+TEST_F(EgressProxyTest, UpstreamSocketsComeFromTheFactory) {
+  std::atomic<int> made{0};
+  StartProxy({}, [&made](int domain, int type) -> Result<UniqueFd> {
+    ++made;
+    return UniqueFd(socket(domain, type | SOCK_CLOEXEC, 0));
+  });
+  std::string reply;
+  Fd s = Connect("a.test:" + Port(*echo_), &reply);
+  EXPECT_EQ(reply, "HTTP/1.1 200 Connection established\r\n\r\n");
+  SendAll(s, "ping");
+  EXPECT_EQ(ReadN(s, 4), "ping");
+  EXPECT_EQ(made.load(), 1);
+  EXPECT_EQ(WaitConnections(*echo_, 1), 1);
+}
+
+TEST_F(EgressProxyTest, AFailingSocketFactoryIs502AndDialsNothing) {
+  StartProxy(
+      {}, [](int, int) -> Result<UniqueFd> { return Fail(ErrorCode::kUnavailable, "no uplink"); });
+  std::string reply;
+  Fd s = Connect("a.test:" + Port(*echo_), &reply);
+  EXPECT_TRUE(reply.starts_with("HTTP/1.1 502")) << reply;
+  EXPECT_EQ(echo_->connections.load(), 0);
 }
 
 TEST_F(EgressProxyTest, ConnectDeniedAnswers403WithTheReason) {

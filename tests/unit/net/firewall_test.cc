@@ -94,5 +94,59 @@ TEST_F(FirewallTest, HostileNamesAreRefused) {
   EXPECT_EQ(open.error().code(), ErrorCode::kFailedPrecondition);
 }
 
+TEST_F(FirewallTest, NamespaceUplinkGoesOutTheTransitUnmasqueraded) {
+  FirewallConfig c = Config();
+  c.uplink = "";
+  c.transit = "alaup";
+  auto fw = Firewall::Install(c);
+  ASSERT_TRUE(fw) << fw.error().message();
+  const std::string table = Nft("list table inet airlock_test");
+  // Open sandboxes leave only through the transit veth, still past the denied ranges and the
+  // host's own addresses, and the host does not masquerade (the namespace does).
+  const size_t out = table.find("chain sandbox_out");
+  ASSERT_NE(out, std::string::npos) << table;
+  const std::string chain = table.substr(out, table.find('}', out) - out);
+  for (const char* want :
+       {"ip daddr @deny4 drop", "fib daddr type local drop", "oifname \"alaup\" accept"}) {
+    EXPECT_NE(chain.find(want), std::string::npos) << want << " in\n" << chain;
+  }
+  EXPECT_LT(chain.find("@deny4"), chain.find("oifname \"alaup\" accept"));
+  EXPECT_EQ(table.find("masquerade"), std::string::npos) << table;
+  EXPECT_EQ(table.find("up0"), std::string::npos) << table;
+  // Nothing from the uplink namespace reaches the host or is routed by it, but replies.
+  EXPECT_NE(table.find("iifname \"alaup\" ct state established,related accept"), std::string::npos)
+      << table;
+  EXPECT_NE(table.find("iifname \"alaup\" drop"), std::string::npos) << table;
+  // Open mode exists with a transit and no uplink interface.
+  EXPECT_TRUE((*fw)->SetMode("alh-x", FirewallMode::kOpen));
+  // The interface uplink's script is the positive control for the masquerade.
+  EXPECT_NE(Firewall::Script(Config()).find("oifname \"up0\" masquerade"), std::string::npos);
+  FirewallConfig hostile = c;
+  hostile.transit = "x\"; flush ruleset; \"";
+  EXPECT_FALSE(Firewall::Install(hostile));
+}
+
+TEST_F(FirewallTest, UplinkNamespaceTableInstallsAndGoes) {
+  ASSERT_TRUE(
+      Firewall::RunScript(Firewall::UplinkScript("airlock_test", "10.213.0.0/16", "alahost")));
+  std::string table = Nft("list table inet airlock_test");
+  for (const char* want :
+       {"ip saddr 10.213.0.0/16 oifname != \"alahost\" masquerade",
+        "oifname \"alahost\" ct state established,related accept", "oifname \"alahost\" drop",
+        "ip saddr != 10.213.0.0/16 drop", "iifname \"alahost\" drop"}) {
+    EXPECT_NE(table.find(want), std::string::npos) << want << " in\n" << table;
+  }
+  // Again (a restart): replaced, not doubled.
+  ASSERT_TRUE(
+      Firewall::RunScript(Firewall::UplinkScript("airlock_test", "10.213.0.0/16", "alahost")));
+  table = Nft("list table inet airlock_test");
+  const std::string rule = "masquerade";
+  EXPECT_EQ(table.find(rule), table.rfind(rule)) << table;
+  ASSERT_TRUE(Firewall::RunScript(Firewall::DeleteScript("airlock_test")));
+  EXPECT_NE(Nft("list table inet airlock_test").find("No such file"), std::string::npos);
+  ASSERT_TRUE(Firewall::RunScript(Firewall::DeleteScript("airlock_test"))) << "when gone too";
+  EXPECT_FALSE(Firewall::RunScript("this is not nftables"));
+}
+
 }  // namespace
 }  // namespace airlock::net
