@@ -47,8 +47,8 @@ Outcome<int> List(Globals& globals) {
   std::vector<std::vector<std::string>> rows;
   for (const json& k : list) {
     rows.push_back({std::to_string(k.value("id", int64_t{0})), Text(k, "name"), Text(k, "tenant"),
-                    k.value("admin", false) ? "yes" : "no", k.value("revoked", false) ? "yes" : "no",
-                    Text(k, "created_at")});
+                    k.value("admin", false) ? "yes" : "no",
+                    k.value("revoked", false) ? "yes" : "no", Text(k, "created_at")});
   }
   PrintText(FormatTable({"ID", "NAME", "TENANT", "ADMIN", "REVOKED", "CREATED"}, rows));
   return 0;

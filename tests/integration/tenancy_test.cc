@@ -4,6 +4,8 @@
 // sandbox gets the very answer of a sandbox that does not exist, A's own call does not, and A's
 // sandbox is untouched afterwards.
 
+#include "support/tenancy.h"
+
 #include <algorithm>
 #include <fstream>
 #include <random>
@@ -12,7 +14,6 @@
 #include <sstream>
 
 #include "support/airlockd.h"
-#include "support/tenancy.h"
 
 namespace {
 
@@ -71,11 +72,11 @@ TEST_F(TenancyTest, EveryRouteOnAnotherTenantsSandboxAnswersAsIfItDidNotExist) {
   std::set<std::string> names;
   for (const Route& r : routes) names.insert(r.method + " " + r.path);
   // The reader must see what it claims to cover, WebSocket routes and path parameters included.
-  for (const char* must : {"DELETE /v1/sandboxes/{id}", "POST /v1/sandboxes/{id}/exec",
-                           "GET /v1/sandboxes/{id}/exec/ws",
-                           "GET /v1/sandboxes/{id}/processes/{pid}/ws",
-                           "POST /v1/sandboxes/{id}/processes/{pid}/signal",
-                           "PUT /v1/sandboxes/{id}/files/tar", "POST /v1/sandboxes/{id}/fork"}) {
+  for (const char* must :
+       {"DELETE /v1/sandboxes/{id}", "POST /v1/sandboxes/{id}/exec",
+        "GET /v1/sandboxes/{id}/exec/ws", "GET /v1/sandboxes/{id}/processes/{pid}/ws",
+        "POST /v1/sandboxes/{id}/processes/{pid}/signal", "PUT /v1/sandboxes/{id}/files/tar",
+        "POST /v1/sandboxes/{id}/fork"}) {
     ASSERT_TRUE(names.contains(must)) << must << " not read from the spec";
   }
 
@@ -141,9 +142,9 @@ TEST_F(TenancyTest, EveryRouteOnAnotherTenantsSandboxAnswersAsIfItDidNotExist) {
   // sandbox of A's, in the spec's order (DELETE of the sandbox itself last).
   const std::string own = CreateAs(key_a_);
   ASSERT_FALSE(own.empty());
-  ASSERT_EQ(As(key_a_, http::verb::put, "/v1/sandboxes/" + own + "/files?path=/tmp/secret", "x")
-                .status,
-            200);
+  ASSERT_EQ(
+      As(key_a_, http::verb::put, "/v1/sandboxes/" + own + "/files?path=/tmp/secret", "x").status,
+      200);
   Reply own_started = As(key_a_, http::verb::post, "/v1/sandboxes/" + own + "/exec",
                          R"({"argv": ["sleep", "600"], "background": true, "stdin_open": true})");
   ASSERT_EQ(own_started.status, 200);
@@ -278,13 +279,14 @@ TEST_F(TenancyTest, RevokedKeyGets401AtOnceAndTheLastAdminKeyStays) {
 TEST_F(TenancyTest, TenantTemplatesAreInvisibleToOthersAndSharedOnesAreAdminsToChange) {
   // A shared template (an admin's snapshot) and one of A's own.
   const std::string admins = CreateSandbox();
-  ASSERT_EQ(daemon_->Call(http::verb::post, "/v1/sandboxes/" + admins + "/snapshot",
-                          R"({"name": "shared1"})")
+  ASSERT_EQ(daemon_
+                ->Call(http::verb::post, "/v1/sandboxes/" + admins + "/snapshot",
+                       R"({"name": "shared1"})")
                 .status,
             201);
   const std::string a = CreateAs(key_a_);
-  Reply snap = As(key_a_, http::verb::post, "/v1/sandboxes/" + a + "/snapshot",
-                  R"({"name": "private"})");
+  Reply snap =
+      As(key_a_, http::verb::post, "/v1/sandboxes/" + a + "/snapshot", R"({"name": "private"})");
   ASSERT_EQ(snap.status, 201) << snap.body;
   EXPECT_EQ(snap.Json()["tenant"], "team-a");
 
@@ -308,8 +310,8 @@ TEST_F(TenancyTest, TenantTemplatesAreInvisibleToOthersAndSharedOnesAreAdminsToC
   Reply use_missing = As(key_b_, http::verb::post, "/v1/sandboxes", R"({"template": "missing"})");
   EXPECT_EQ(use.status, 404) << use.body;
   EXPECT_EQ(Replace(use.body, "private", "missing"), use_missing.body);
-  Reply build = As(key_b_, http::verb::post, "/v1/templates",
-                   R"({"name": "b-built", "base": "private"})");
+  Reply build =
+      As(key_b_, http::verb::post, "/v1/templates", R"({"name": "b-built", "base": "private"})");
   EXPECT_EQ(build.status, 404) << build.body;
   Reply del = As(key_b_, http::verb::delete_, "/v1/templates/private");
   EXPECT_EQ(del.status, 404) << del.body;

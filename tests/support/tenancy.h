@@ -118,7 +118,8 @@ inline std::map<std::string, CallShape> Shapes() {
   return {
       {"PATCH /v1/sandboxes/{id}", {"", R"({"metadata": {"touched": "yes"}})"}},
       {"POST /v1/sandboxes/{id}/exec", {"", R"({"cmd": "echo hi > /tmp/secret"})"}},
-      {"POST /v1/sandboxes/{id}/processes/{pid}/signal", {"", R"({"signal": "KILL"})", R"({"signal": "CONT"})"}},
+      {"POST /v1/sandboxes/{id}/processes/{pid}/signal",
+       {"", R"({"signal": "KILL"})", R"({"signal": "CONT"})"}},
       {"POST /v1/sandboxes/{id}/processes/{pid}/stdin", {"", R"({"data": "x", "close": true})"}},
       {"POST /v1/sandboxes/{id}/processes/{pid}/wait", {"", R"({"timeout_seconds": 1})"}},
       {"GET /v1/sandboxes/{id}/files", {"?path=/tmp/secret", ""}},
