@@ -744,6 +744,16 @@ Makes template NAME from what sandbox ID wrote to its file system (not /tmp, not
 processes); the sandbox goes on. Prints NAME.
 )";
 
+constexpr std::string_view kKeysUsage = R"(usage: airlock keys create NAME --tenant TENANT [--admin]
+       airlock keys list
+       airlock keys revoke ID...
+
+API keys; an admin key is needed for all three. create makes a key for TENANT (with --admin
+it acts on every tenant's sandboxes and may manage keys and pools) and prints the key, which
+is not shown again. list shows every key (never the key itself). revoke makes each key ID
+refuse from its next call on; the last admin key cannot be revoked.
+)";
+
 constexpr std::string_view kForkUsage = R"(usage: airlock fork [-n COUNT] ID
 
 Makes COUNT (default 1, at most 32) new sandboxes that start with a copy of sandbox ID's file
@@ -769,6 +779,7 @@ const std::vector<Command>& Commands() {
       {"snapshot", "make a template from a sandbox's file system", kSnapshotUsage, CmdSnapshot},
       {"fork", "copy a sandbox's file system into new sandboxes", kForkUsage, CmdFork},
       {"resume", "thaw a paused sandbox", kResumeUsage, CmdResume},
+      {"keys", "create, list and revoke API keys (admin)", kKeysUsage, CmdKeys},
       {"version", "print the version", kVersionUsage, CmdVersion},
       {"help", "show help for the CLI or a command", kHelpUsage, CmdHelp},
   };

@@ -344,6 +344,7 @@ void CheckListFilter(std::string_view raw) {
     for (std::string_view s : kSandboxStateNames) known = known || *filter->state == s;
     AIRLOCK_CHECK(known);
   }
+  if (filter->tenant) AIRLOCK_CHECK(CheckTenantName(*filter->tenant, "tenant").has_value());
   // A sandbox with exactly the filtered state and metadata matches; one without a key does not.
   const std::string state = filter->state.value_or("running");
   AIRLOCK_CHECK(filter->Matches(state, filter->metadata));
@@ -355,12 +356,14 @@ void CheckListFilter(std::string_view raw) {
 
   QueryParams out;
   if (filter->state) out.emplace_back("state", *filter->state);
+  if (filter->tenant) out.emplace_back("tenant", *filter->tenant);
   for (const auto& [k, v] : filter->metadata) out.emplace_back("metadata." + k, v);
   auto reparsed = ParseQueryString(EncodeQuery(out));
   AIRLOCK_CHECK(reparsed.has_value());
   auto again = ListFilter::FromQuery(*reparsed);
   AIRLOCK_CHECK(again.has_value());
-  AIRLOCK_CHECK(again->state == filter->state && again->metadata == filter->metadata);
+  AIRLOCK_CHECK(again->state == filter->state && again->metadata == filter->metadata &&
+                again->tenant == filter->tenant);
 }
 
 // --- Base64 and UTF-8. ---

@@ -579,6 +579,51 @@ copy = { src = "app", path = "/opt/app" }
   EXPECT_NE(bad.err.find("bad.toml"), std::string::npos) << bad.err;
 }
 
+TEST_F(CliTest, KeysCreateListRevoke) {
+  ProcessResult made = Cli({"keys", "create", "ci-bot", "--tenant", "team-a"});
+  ASSERT_EQ(made.exit_code(), 0) << made.err;
+  ASSERT_TRUE(std::regex_match(made.out, std::regex("al_[0-9a-f]{64}\n"))) << made.out;
+  EXPECT_NE(made.err.find("tenant team-a"), std::string::npos) << made.err;
+  const std::string key = made.out.substr(0, made.out.size() - 1);
+  const std::map<std::string, std::string> as_a = {{"AIRLOCK_URL", Url()},
+                                                   {"AIRLOCK_API_KEY", key}};
+
+  ProcessResult list = Cli({"keys", "list"});
+  ASSERT_EQ(list.exit_code(), 0) << list.err;
+  EXPECT_TRUE(std::regex_search(list.out, std::regex("\n1 +admin +admin +yes +no +20")))
+      << list.out;
+  EXPECT_TRUE(std::regex_search(list.out, std::regex("\n2 +ci-bot +team-a +no +no +20")))
+      << list.out;
+  EXPECT_EQ(list.out.find(key.substr(3)), std::string::npos) << "the key is never listed";
+
+  // The new key works for its own tenant and is refused the admin's commands.
+  const std::string admins = CliCreate();
+  ProcessResult own = CliWithEnv({"create"}, as_a);
+  ASSERT_EQ(own.exit_code(), 0) << own.err;
+  const std::string own_id = own.out.substr(0, own.out.find('\n'));
+  ProcessResult ls = CliWithEnv({"ls"}, as_a);
+  EXPECT_EQ(ls.exit_code(), 0) << ls.err;
+  EXPECT_NE(ls.out.find(own_id), std::string::npos) << ls.out;
+  EXPECT_EQ(ls.out.find(admins), std::string::npos) << "another tenant's sandbox is listed";
+  ProcessResult inspect = CliWithEnv({"inspect", admins}, as_a);
+  EXPECT_EQ(inspect.exit_code(), 1);
+  EXPECT_EQ(inspect.err, "airlock: not_found: sandbox " + admins + " does not exist\n");
+  ProcessResult refused = CliWithEnv({"keys", "list"}, as_a);
+  EXPECT_EQ(refused.exit_code(), 1);
+  EXPECT_NE(refused.err.find("permission_denied"), std::string::npos) << refused.err;
+
+  EXPECT_EQ(Cli({"keys", "create", "x"}).exit_code(), 2) << "--tenant is required";
+  EXPECT_EQ(Cli({"keys", "revoke", "two"}).exit_code(), 2);
+  ProcessResult last = Cli({"keys", "revoke", "1"});
+  EXPECT_EQ(last.exit_code(), 1) << "the last admin key stays";
+  EXPECT_NE(last.err.find("last admin key"), std::string::npos) << last.err;
+  ProcessResult revoked = Cli({"keys", "revoke", "2"});
+  EXPECT_EQ(revoked.exit_code(), 0) << revoked.err;
+  ProcessResult after = CliWithEnv({"ls"}, as_a);
+  EXPECT_EQ(after.exit_code(), 1);
+  EXPECT_NE(after.err.find("unauthenticated"), std::string::npos) << after.err;
+}
+
 TEST_F(CliTest, CpFromTheSandboxDropsSetIdBits) {
   TempDir tmp;
   ASSERT_FALSE(tmp.path().empty());

@@ -264,6 +264,15 @@ TEST_F(DaemonTest, EveryDocumentedOperationAnswersAsDocumented) {
          EXPECT_EQ(r.Json()["memory_carried"], false) << r.body;
        }},
       {"DELETE /v1/sandboxes/{id}", http::verb::delete_, "/v1/sandboxes/" + doomed, ""},
+      // API keys: one made, listed and revoked (its id saved like a pid).
+      {"POST /v1/keys", http::verb::post, "/v1/keys", R"({"name": "ci", "tenant": "team-a"})",
+       "key", "",
+       [](const Reply& r) {
+         EXPECT_TRUE(r.Json()["key"].get<std::string>().starts_with("al_")) << r.body;
+       }},
+      {"GET /v1/keys", http::verb::get, "/v1/keys", "", "", "",
+       [](const Reply& r) { EXPECT_EQ(r.Json()["keys"].size(), 2u) << r.body; }},
+      {"DELETE /v1/keys/{key_id}", http::verb::delete_, "/v1/keys/<key>", ""},
   };
   std::set<std::string> covered;
   for (const Call& c : calls) {
@@ -285,8 +294,9 @@ TEST_F(DaemonTest, EveryDocumentedOperationAnswersAsDocumented) {
         << "answered " << r.status << ", which the spec does not list";
     if (c.op == "GET /v1/sandboxes/{id}/files/tar") tar = r.body;
     if (!c.save_pid.empty()) {
-      ASSERT_TRUE(r.Json().contains("pid")) << r.body.substr(0, 300);
-      pids[c.save_pid] = std::to_string(r.Json()["pid"].get<int64_t>());
+      const char* field = r.Json().contains("pid") ? "pid" : "id";  // a key's id
+      ASSERT_TRUE(r.Json().contains(field)) << r.body.substr(0, 300);
+      pids[c.save_pid] = std::to_string(r.Json()[field].get<int64_t>());
     }
     if (r.status < 300 && c.check) c.check(r);
     auto schema = it->second.schema.find(r.status);

@@ -20,6 +20,7 @@
 #include "runtime/jail/posture.h"
 #include "security/report.h"
 #include "support/airlockd.h"
+#include "support/tenancy.h"
 
 namespace airlock::security {
 namespace {
@@ -766,6 +767,124 @@ TEST_F(PayloadsTest, PostureAtCreateAndAfterExec) {
   }
   ASSERT_EQ(pids.size(), 7u) << "the agent, two shells and four sleeps";
   record("after exec", jail::CheckPosture(pids, expect));
+}
+
+// Tenancy: tenant B's calls on tenant A's sandbox, on every /v1/sandboxes/{id} route the API
+// documents (read from docs/api/openapi.yaml) and both WebSocket routes, must get exactly the
+// 404 of a sandbox that does not exist; A's sandbox must be untouched; B's list must not show it;
+// the admin-only routes refuse B. Controls: A's own call, and the admin's.
+TEST_F(PayloadsTest, Tenancy) {
+  using namespace airlock::testing;
+  const std::string k = "tenancy";
+  auto make_key = [](const std::string& name, const std::string& tenant) {
+    Reply r = daemon_->Call(http::verb::post, "/v1/keys",
+                            json{{"name", name}, {"tenant", tenant}}.dump());
+    EXPECT_EQ(r.status, 201) << r.body;
+    return r.status == 201 ? r.Json()["key"].get<std::string>() : std::string();
+  };
+  const std::string tenant_a = "sec-a-" + Random(6), tenant_b = "sec-b-" + Random(6);
+  const std::string key_a = make_key("security-a", tenant_a);
+  const std::string key_b = make_key("security-b", tenant_b);
+  ASSERT_FALSE(key_a.empty());
+  ASSERT_FALSE(key_b.empty());
+  auto as = [](const std::string& key, http::verb verb, const std::string& target,
+               const std::string& body = "") {
+    return Http(daemon_->port(), verb, target, body, "Bearer " + key);
+  };
+
+  Reply created = as(key_a, http::verb::post, "/v1/sandboxes", "{}");
+  ASSERT_EQ(created.status, 201) << created.body;
+  const std::string victim = created.Json()["id"];
+  made_.push_back(victim);  // deleted by the admin key at the end
+  const std::string v = "/v1/sandboxes/" + victim;
+  const std::string secret = "tenant A's data " + Random(16);
+  ASSERT_EQ(as(key_a, http::verb::put, v + "/files?path=/tmp/secret", secret).status, 200);
+  Reply started = as(key_a, http::verb::post, v + "/exec",
+                     R"({"argv": ["sleep", "600"], "background": true, "stdin_open": true})");
+  ASSERT_EQ(started.status, 200) << started.body;
+  const std::string pid = std::to_string(started.Json()["pid"].get<int64_t>());
+  const std::string missing = UnusedId();
+
+  const std::vector<Route> routes = SandboxRoutes(AIRLOCK_OPENAPI_PATH);
+  ASSERT_GE(routes.size(), 20u) << "the spec reader found too few routes";
+  const std::map<std::string, CallShape> shapes = Shapes();
+  auto call = [&](const std::string& key, const Route& r, const std::string& id) {
+    auto shape = shapes.find(r.method + " " + r.path);
+    std::string target = Replace(Replace(r.path, "{id}", id), "{pid}", pid);
+    if (shape != shapes.end()) target += shape->second.query;
+    if (r.websocket) return WsHandshake(daemon_->port(), key, target);
+    return as(key, Verb(r.method), target, shape == shapes.end() ? "" : shape->second.body);
+  };
+  for (const Route& r : routes) {
+    Reply theirs = call(key_b, r, victim);
+    Reply nobodys = call(key_b, r, missing);
+    const bool same = theirs.status == 404 && nobodys.status == 404 &&
+                      Replace(theirs.body, victim, missing) == nobodys.body &&
+                      theirs.headers == nobodys.headers;
+    Judge(k, "B: " + r.method + " " + r.path + (r.websocket ? " (WebSocket)" : "") + " on A's",
+          same,
+          std::to_string(theirs.status) + " " + theirs.body.substr(0, 160) +
+              (same ? " (identical to an unused id's)" : " vs unused id: " +
+                                                           std::to_string(nobodys.status) + " " +
+                                                           nobodys.body.substr(0, 160)));
+  }
+
+  // A's sandbox after all of that.
+  Reply state = as(key_a, http::verb::get, v);
+  Judge(k, "A's sandbox still running, metadata untouched",
+        state.status == 200 && state.Json()["state"] == "running" &&
+            !state.Json()["metadata"].contains("touched"),
+        std::to_string(state.status) + " " + state.body.substr(0, 200));
+  Reply file = as(key_a, http::verb::get, v + "/files?path=/tmp/secret");
+  Judge(k, "A's file unchanged", file.status == 200 && file.body == secret,
+        std::to_string(file.status) + " " + std::to_string(file.body.size()) + " bytes");
+  Reply process = as(key_a, http::verb::get, v + "/processes/" + pid);
+  Judge(k, "A's process still running, stdin open",
+        process.Json()["state"] == "running" && process.Json()["stdin_open"] == true,
+        process.body.substr(0, 200));
+  Reply stolen = daemon_->Call(http::verb::get, "/v1/templates/stolen");
+  Judge(k, "no template snapshotted from A's sandbox by B", stolen.status == 404,
+        std::to_string(stolen.status));
+  const json everything = daemon_->Call(http::verb::get, "/v1/sandboxes").Json();
+  int forks = 0;
+  for (const json& s : everything["sandboxes"]) {
+    forks += s["metadata"].value("airlock.forked_from", "") == victim;
+  }
+  Judge(k, "no fork of A's sandbox made by B", forks == 0, std::to_string(forks) + " forks");
+  const std::string listed_b = as(key_b, http::verb::get, "/v1/sandboxes").body;
+  Judge(k, "B's list does not show A's sandbox", listed_b.find(victim) == std::string::npos,
+        listed_b.substr(0, 200));
+  Reply filter = as(key_b, http::verb::get, "/v1/sandboxes?tenant=" + tenant_a);
+  Judge(k, "B's list of tenant A refused (403)",
+        filter.status == 403 && filter.body.find(victim) == std::string::npos,
+        std::to_string(filter.status) + " " + filter.body);
+  for (const auto& [verb, target, body] :
+       std::vector<std::tuple<http::verb, std::string, std::string>>{
+           {http::verb::get, "/v1/keys", ""},
+           {http::verb::post, "/v1/keys", R"({"name": "b-admin", "tenant": "x", "admin": true})"},
+           {http::verb::delete_, "/v1/keys/1", ""},
+           {http::verb::get, "/v1/pools", ""},
+           {http::verb::get, "/metrics", ""}}) {
+    Reply r = as(key_b, verb, target, body);
+    Judge(k, std::string("B: ") + std::string(http::to_string(verb)) + " " + target + " (admin only)",
+          r.status == 403, std::to_string(r.status) + " " + r.body.substr(0, 160));
+  }
+
+  // Positive controls: A's own calls and the admin's reach the sandbox.
+  Reply own = as(key_a, http::verb::post, v + "/exec", R"({"cmd": "cat /tmp/secret"})");
+  Judge(k, "positive control: A execs in its own sandbox",
+        own.status == 200 && own.Json().value("stdout", "") == secret,
+        std::to_string(own.status) + " " + own.body.substr(0, 160));
+  Reply own_ws = WsHandshake(daemon_->port(), key_a, v + "/exec/ws");
+  Judge(k, "positive control: A opens exec/ws on its own sandbox", own_ws.status == 101,
+        std::to_string(own_ws.status) + " " + own_ws.body);
+  Reply admin = daemon_->Call(http::verb::get, v);
+  Judge(k, "positive control: the admin key reads A's sandbox",
+        admin.status == 200 && admin.Json()["tenant"] == tenant_a,
+        std::to_string(admin.status) + " " + admin.body.substr(0, 160));
+  Reply keys = daemon_->Call(http::verb::get, "/v1/keys");
+  Judge(k, "positive control: the admin key lists keys", keys.status == 200,
+        std::to_string(keys.status));
 }
 
 }  // namespace

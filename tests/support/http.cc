@@ -8,6 +8,7 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <cerrno>
@@ -91,6 +92,35 @@ Reply Http(uint16_t port, http::verb method, const std::string& target, const st
   }
   beast::error_code ec;
   stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+  return reply;
+}
+
+Reply WsHandshake(uint16_t port, const std::string& key, const std::string& target) {
+  asio::io_context io;
+  tcp::socket socket(io);
+  beast::error_code ec;
+  socket.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), ec);
+  if (ec) return {};
+  const std::string request = "GET " + target +
+                              " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + key +
+                              "\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+                              "Sec-WebSocket-Version: 13\r\n"
+                              "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n";
+  asio::write(socket, asio::buffer(request), ec);
+  if (ec) return {};
+  beast::flat_buffer buffer;
+  http::response_parser<http::string_body> parser;
+  if (http::read_header(socket, buffer, parser, ec); ec) return {};
+  Reply reply;
+  reply.status = static_cast<int>(parser.get().result_int());
+  if (reply.status != 101) {
+    http::read(socket, buffer, parser, ec);
+    reply.body = parser.get().body();
+  }
+  for (const auto& field : parser.get()) {
+    reply.headers[std::string(field.name_string())] = std::string(field.value());
+  }
+  socket.close(ec);
   return reply;
 }
 

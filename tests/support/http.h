@@ -27,6 +27,10 @@ struct Reply {
 Reply Http(uint16_t port, http::verb method, const std::string& target, const std::string& body,
            const std::optional<std::string>& authorization);
 
+// A WebSocket handshake for `target` with `key`; the answer's status, headers and body (a
+// refusal's) as Http gives them, status 0 if none came. The connection is closed at once.
+Reply WsHandshake(uint16_t port, const std::string& key, const std::string& target);
+
 // Sends `raw` bytes as they are and returns the status line's code (0 if none came back).
 int RawStatus(uint16_t port, const std::string& raw);
 

@@ -19,6 +19,7 @@ from .errors import (
     Timeout,
 )
 from .files import FileEntry, Files, UnsafeArchive
+from .keys import ApiKey, Keys
 from .processes import ExitStatus, Process, Processes, ProcessOutput, Terminal
 from .sandbox import ExecResult, Sandbox
 from .templates import Template, Templates
@@ -27,6 +28,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AirlockError",
+    "ApiKey",
     "AuthError",
     "Client",
     "ConflictError",
@@ -35,6 +37,7 @@ __all__ = [
     "FileEntry",
     "Files",
     "InvalidRequest",
+    "Keys",
     "Process",
     "ProcessOutput",
     "Processes",

@@ -106,12 +106,13 @@ class Client:
         return Sandbox.connect(sandbox_id, client=self)
 
     def list(
-        self, state: Optional[str] = None, metadata: Optional[Mapping[str, str]] = None
+        self, state: Optional[str] = None, metadata: Optional[Mapping[str, str]] = None,
+        tenant: Optional[str] = None,
     ) -> "List[Any]":
-        """Sandbox.list(state, metadata, client=self)."""
+        """Sandbox.list(state, metadata, tenant, client=self)."""
         from .sandbox import Sandbox
 
-        return Sandbox.list(state=state, metadata=metadata, client=self)
+        return Sandbox.list(state=state, metadata=metadata, tenant=tenant, client=self)
 
     @property
     def templates(self) -> "Any":
@@ -119,6 +120,13 @@ class Client:
         from .templates import Templates
 
         return Templates(self)
+
+    @property
+    def keys(self) -> "Any":
+        """The daemon's API keys: create, list, revoke (airlock.keys.Keys); admin keys only."""
+        from .keys import Keys
+
+        return Keys(self)
 
     def health(self) -> bool:
         """True when GET /healthz answers {"status": "ok"}."""

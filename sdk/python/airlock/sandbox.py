@@ -163,12 +163,16 @@ class Sandbox:
         url: Optional[str] = None,
         api_key: Optional[str] = None,
         client: Optional[Client] = None,
+        tenant: Optional[str] = None,
     ) -> "List[Sandbox]":
-        """The sandboxes in `state` (if given) whose metadata holds every given key=value."""
+        """The sandboxes in `state` (if given) whose metadata holds every given key=value.
+        A key sees its own tenant's sandboxes only; an admin key every tenant's, or `tenant`'s."""
         client = client or Client(url=url, api_key=api_key)
         query = []
         if state is not None:
             query.append(("state", state))
+        if tenant is not None:
+            query.append(("tenant", tenant))
         for key, value in (metadata or {}).items():
             query.append((f"metadata.{key}", value))
         body = client.request("GET", "/v1/sandboxes", query=query).json()
@@ -188,6 +192,11 @@ class Sandbox:
     def info(self) -> Dict[str, Any]:
         """The sandbox object as last seen (refresh() fetches it again)."""
         return self._info
+
+    @property
+    def tenant(self) -> str:
+        """The tenant that owns the sandbox (the creating key's)."""
+        return str(self._info.get("tenant", ""))
 
     @property
     def state(self) -> str:

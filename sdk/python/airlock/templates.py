@@ -35,6 +35,7 @@ class Template:
     env_keys: List[str] = field(default_factory=list)
     steps: List[Dict[str, Any]] = field(default_factory=list)
     error: Optional[str] = None
+    tenant: Optional[str] = None  # the owning tenant; None for a shared template
     info: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -42,7 +43,8 @@ class Template:
         return cls(name=body["name"], state=body["state"], source=body.get("source", ""),
                    base=body.get("base", "base"), layers=list(body.get("layers", [])),
                    root=body.get("root", "base"), workdir=body.get("workdir", ""), env_keys=list(body.get("env_keys", [])),
-                   steps=list(body.get("steps", [])), error=body.get("error"), info=dict(body))
+                   steps=list(body.get("steps", [])), error=body.get("error"),
+                   tenant=body.get("tenant"), info=dict(body))
 
     # --- steps, for build() ---
 

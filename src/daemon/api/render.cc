@@ -42,6 +42,18 @@ json SandboxJson(const SandboxView& s) {
   if (!s.address.empty()) network["address"] = s.address;
   doc["network"] = std::move(network);
   if (!s.error.empty()) doc["error"] = s.error;
+  doc["tenant"] = s.tenant;
+  return doc;
+}
+
+json KeyJson(const KeyView& k) {
+  json doc = {{"id", k.id},
+              {"name", k.name},
+              {"tenant", k.tenant},
+              {"admin", k.admin},
+              {"revoked", k.revoked},
+              {"created_at", FormatTimestamp(k.created_at)}};
+  if (!k.key.empty()) doc["key"] = k.key;
   return doc;
 }
 
@@ -84,6 +96,14 @@ std::string RenderSandboxList(std::span<const SandboxView> sandboxes) {
   json list = json::array();
   for (const auto& s : sandboxes) list.push_back(SandboxJson(s));
   return Dump(json{{"sandboxes", std::move(list)}});
+}
+
+std::string RenderKey(const KeyView& key) { return Dump(KeyJson(key)); }
+
+std::string RenderKeyList(std::span<const KeyView> keys) {
+  json list = json::array();
+  for (const auto& k : keys) list.push_back(KeyJson(k));
+  return Dump(json{{"keys", std::move(list)}});
 }
 
 namespace {
@@ -244,6 +264,7 @@ json TemplateJson(const TemplateView& v) {
               {"created_at", FormatTimestamp(v.created_at)},
               {"updated_at", FormatTimestamp(v.updated_at)}};
   if (!v.error.empty()) out["error"] = v.error;
+  if (!v.tenant.empty()) out["tenant"] = v.tenant;
   return out;
 }
 }  // namespace

@@ -30,6 +30,7 @@ struct SandboxView {
   std::string error;       // why a failed sandbox failed (shown only when not empty)
   std::string network;     // its policy's JSON ("" for mode none)
   std::string address;     // its IPv4 address, when it has a network
+  std::string tenant;      // the tenant that owns it
 };
 
 // {"id", "state", "template", "engine", "created_at", "expires_at", "limits": {...},
@@ -37,6 +38,22 @@ struct SandboxView {
 std::string RenderSandbox(const SandboxView& sandbox);
 // {"sandboxes": [ ... ]}
 std::string RenderSandboxList(std::span<const SandboxView> sandboxes);
+
+// An API key as GET /v1/keys shows it: never its hash. `key` (the plaintext) only in the answer
+// to its create, the one time it is shown.
+struct KeyView {
+  int64_t id = 0;
+  std::string name;
+  std::string tenant;
+  bool admin = false;
+  bool revoked = false;
+  std::chrono::system_clock::time_point created_at;
+  std::string key;  // "" except in the create's answer
+};
+// {"id", "name", "tenant", "admin", "revoked", "created_at", "key"?}
+std::string RenderKey(const KeyView& key);
+// {"keys": [ ... ]}
+std::string RenderKeyList(std::span<const KeyView> keys);
 
 struct PoolView {
   std::string template_name;
@@ -59,13 +76,14 @@ struct TemplateView {
   std::vector<std::string> layers;
   std::chrono::system_clock::time_point created_at, updated_at;
   std::string error;  // why a build failed (shown only when not empty)
+  std::string tenant;  // its owner; "" for a shared template (then not shown)
 };
 
 // {"name", "state", "source", "base", "layers", "env_keys", "workdir", "limits", "start_cmd",
 //  "ready_cmd", "ready_timeout_seconds", "steps", "created_at", "updated_at", "error"?}. Env values
 // are never shown (they may hold secrets), only their names.
 std::string RenderTemplate(const TemplateView& view);
-// {"templates": [ ... ]}
+// {"templates": [ ... ]}; a template owned by a tenant also has "tenant".
 std::string RenderTemplateList(std::span<const TemplateView> views);
 
 // Template build events ("stream": true), one JSON object per line like exec's:

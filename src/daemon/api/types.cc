@@ -249,6 +249,37 @@ Result<CreateSandboxRequest> CreateSandboxRequest::FromJson(std::string_view bod
   return req;
 }
 
+Status CheckTenantName(std::string_view tenant, std::string_view what) {
+  bool ok = !tenant.empty() && tenant.size() <= 64;
+  for (char c : tenant) {
+    ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                c == '.' || c == '_' || c == '-');
+  }
+  if (!ok) {
+    return Invalid(std::string(what) + " must be 1-64 of letters, digits, '.', '_' and '-', got " +
+                   Quote(tenant));
+  }
+  return {};
+}
+
+Result<CreateKeyRequest> CreateKeyRequest::FromJson(std::string_view body) {
+  json doc;
+  AIRLOCK_TRY_ASSIGN(doc, ParseJsonObject(body));
+  AIRLOCK_TRY(RejectUnknownFields(doc, "request body", {"name", "tenant", "admin"}));
+  if (!doc.contains("name")) return Invalid("name is required");
+  if (!doc.contains("tenant")) return Invalid("tenant is required");
+  CreateKeyRequest req;
+  AIRLOCK_TRY_ASSIGN(req.name, GetString(doc["name"], "name", 64, false));
+  if (req.name.empty()) return Invalid("name must not be empty");
+  for (char c : req.name) {
+    if (c < 0x20 || c > 0x7e) return Invalid("name may hold only printable ASCII");
+  }
+  AIRLOCK_TRY_ASSIGN(req.tenant, GetString(doc["tenant"], "tenant", 64, false));
+  AIRLOCK_TRY(CheckTenantName(req.tenant, "tenant"));
+  if (doc.contains("admin")) AIRLOCK_TRY_ASSIGN(req.admin, GetBool(doc["admin"], "admin"));
+  return req;
+}
+
 Result<PoolSizeRequest> PoolSizeRequest::FromJson(std::string_view body) {
   json doc;
   AIRLOCK_TRY_ASSIGN(doc, ParseJsonObject(body));
@@ -596,10 +627,13 @@ Result<int32_t> ParsePid(std::string_view text) {
 }
 
 Result<ListFilter> ListFilter::FromQuery(const QueryParams& params) {
-  AIRLOCK_TRY(CheckQueryNames(params, {"state"}, true));
+  AIRLOCK_TRY(CheckQueryNames(params, {"state", "tenant"}, true));
   ListFilter filter;
   for (const auto& [name, value] : params) {
-    if (name == "state") {
+    if (name == "tenant") {
+      AIRLOCK_TRY(CheckTenantName(value, "tenant"));
+      filter.tenant = value;
+    } else if (name == "state") {
       bool known = false;
       for (std::string_view s : kSandboxStateNames) known = known || value == s;
       if (!known) {

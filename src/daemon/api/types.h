@@ -33,6 +33,8 @@ inline constexpr int64_t kMaxDiskMb = 1048576;
 inline constexpr int64_t kDefaultTtlSeconds = 3600;
 inline constexpr int64_t kMaxTtlSeconds = 30 * 24 * 3600;
 inline constexpr std::string_view kDefaultTemplate = "base";
+// The tenant of records made before tenancy, and of the admin key made at first start.
+inline constexpr std::string_view kAdminTenant = "admin";
 inline constexpr size_t kMaxTemplateNameBytes = 64;  // [a-z0-9][a-z0-9._-]*
 
 // Environment (sandbox-wide on create, per command on exec): KEY matches [A-Za-z_][A-Za-z0-9_]*.
@@ -94,8 +96,22 @@ struct CreateSandboxRequest {
   EnvMap env;
   Metadata metadata;
   net::NetworkPolicy network;  // JSON "network" (docs/design/network.md); mode none by default
+  // The tenant the sandbox will belong to: never from the body; the router sets the caller's.
+  std::string tenant{kAdminTenant};
 
   [[nodiscard]] static Result<CreateSandboxRequest> FromJson(std::string_view body);
+};
+
+// kInvalidArgument unless `tenant` is 1-64 of [A-Za-z0-9._-] (store::ValidateTenant's rule).
+[[nodiscard]] Status CheckTenantName(std::string_view tenant, std::string_view what);
+
+// POST /v1/keys: {"name": 1-64 printable ASCII, "tenant": CheckTenantName, "admin"?: false}.
+struct CreateKeyRequest {
+  std::string name;
+  std::string tenant;
+  bool admin = false;
+
+  [[nodiscard]] static Result<CreateKeyRequest> FromJson(std::string_view body);
 };
 
 // PUT /v1/pools/{template}: {"size": N}, N from 0 to kMaxPoolSize. 0 empties the pool.
@@ -147,6 +163,8 @@ struct CreateTemplateRequest {
   std::string ready_cmd;  // run until it exits 0 before a create returns
   double ready_timeout_seconds = kDefaultReadyTimeoutSeconds;
   bool stream = false;  // answer with NDJSON build events as they happen
+  // The template's owner: "" (shared) or a tenant. Never from the body: the router sets it.
+  std::string tenant;
 
   [[nodiscard]] static Result<CreateTemplateRequest> FromJson(std::string_view body);
 };
@@ -175,6 +193,7 @@ struct TemplateSettings {
 // POST /v1/sandboxes/{id}/snapshot: {"name"}.
 struct SnapshotRequest {
   std::string name;
+  std::string tenant;  // the template's owner, "" for shared; set by the router, not the body
   [[nodiscard]] static Result<SnapshotRequest> FromJson(std::string_view body);
 };
 
@@ -184,6 +203,7 @@ struct ForkRequest {
   int64_t count = 1;
   int64_t ttl_seconds = kDefaultTtlSeconds;
   std::optional<Metadata> metadata;  // default: the source's, plus airlock.forked_from
+  std::string tenant{kAdminTenant};  // the forks' owner: set by the router, not the body
   [[nodiscard]] static Result<ForkRequest> FromJson(std::string_view body);
 };
 
@@ -299,8 +319,9 @@ struct FileQuery {
 
 // GET /v1/sandboxes?state=running&metadata.team=ml&metadata.run=7 : every condition must hold.
 struct ListFilter {
-  std::optional<std::string> state;  // one of kSandboxStateNames
-  Metadata metadata;                 // each key must be present with exactly this value
+  std::optional<std::string> state;   // one of kSandboxStateNames
+  Metadata metadata;                  // each key must be present with exactly this value
+  std::optional<std::string> tenant;  // "tenant": CheckTenantName holds
 
   [[nodiscard]] static Result<ListFilter> FromQuery(const QueryParams& params);
   bool Matches(std::string_view sandbox_state, const Metadata& sandbox_metadata) const;

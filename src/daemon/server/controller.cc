@@ -401,6 +401,7 @@ Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest&
   record.expires_at_ms = pooled ? 0 : NowMs() + request.ttl_seconds * 1000;
   record.pooled = pooled;
   record.layers = origin.layers;
+  record.tenant = request.tenant;
   const bool networked = request.network.mode() != net::NetworkMode::kNone;
   if (networked) record.network = request.network.ToJson().dump();
   if (networked && !networks_) {
@@ -480,14 +481,18 @@ Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest&
   return running;
 }
 
+Error SandboxNotFound(const std::string& id) {
+  return Error(ErrorCode::kNotFound, "sandbox " + id + " does not exist");
+}
+
 Result<SandboxRecord> Controller::Get(const std::string& id) {
   auto record = store_.Get(id);
   // A pooled sandbox belongs to no one until it is claimed.
   if (record && (record->state == SandboxState::kDestroyed || record->pooled)) {
-    return Fail(ErrorCode::kNotFound, "sandbox " + id + " does not exist");
+    return std::unexpected(SandboxNotFound(id));
   }
   if (!record && record.error().code() == ErrorCode::kNotFound) {
-    return Fail(ErrorCode::kNotFound, "sandbox " + id + " does not exist");
+    return std::unexpected(SandboxNotFound(id));
   }
   return record;
 }
@@ -506,6 +511,7 @@ Result<std::vector<SandboxRecord>> Controller::List(const api::ListFilter& filte
   }
   for (const auto& [key, value] : filter.metadata) query.metadata.emplace_back(key, value);
   query.pooled = false;
+  query.tenant = filter.tenant;
   return store_.List(query);
 }
 
@@ -551,7 +557,7 @@ Result<store::NetworkEventPage> Controller::NetworkEvents(const std::string& id,
   // Readable after the destroy too (an audit usually comes then), until the record is purged.
   auto record = store_.Get(id);
   if ((record && record->pooled) || (!record && record.error().code() == ErrorCode::kNotFound)) {
-    return Fail(ErrorCode::kNotFound, "sandbox " + id + " does not exist");
+    return std::unexpected(SandboxNotFound(id));
   }
   if (!record) return std::unexpected(record.error());
   if (network_events_) {

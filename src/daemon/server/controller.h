@@ -95,6 +95,10 @@ struct ImageSources {
   std::string debian_mirror = "http://deb.debian.org/debian";
 };
 
+// The answer for a sandbox the caller may not see: unknown, destroyed, pooled, or another
+// tenant's (router.cc); one function so that all of them are the same bytes.
+Error SandboxNotFound(const std::string& id);
+
 class Controller {
  public:
   // `store` and `runtime` outlive the controller.

@@ -82,6 +82,7 @@ std::optional<Result<SandboxRecord>> Controller::ClaimFromPool(
                 .disk_mb = static_cast<int64_t>(request.limits.disk_mb)};
     r.env = env;
     r.metadata = request.metadata;
+    r.tenant = request.tenant;  // the claimer's from now on
     r.expires_at_ms = DeadlineMs(request.ttl_seconds);
     // Recovery must know that this agent lacks the env and the controller sends it.
     r.resources.try_emplace(kEnvPerCommand, "yes");

@@ -87,7 +87,8 @@ api::TemplateView ToTemplateView(const TemplateRecord& r) {
           .layers = r.layers,
           .created_at = FromMs(r.created_at_ms),
           .updated_at = FromMs(r.updated_at_ms),
-          .error = r.error};
+          .error = r.error,
+          .tenant = r.tenant};
 }
 
 Status Controller::CheckTemplate(const std::string& name) {
@@ -207,6 +208,7 @@ Result<TemplateRecord> Controller::BuildTemplate(const api::CreateTemplateReques
   record.state = TemplateState::kBuilding;
   record.source = "build";
   record.spec = settings.ToJson(request.steps);
+  record.tenant = request.tenant;
   auto inserted = store_.InsertTemplate(record);
   if (!inserted) return std::unexpected(inserted.error());
   record = std::move(*inserted);
@@ -235,6 +237,8 @@ Result<TemplateRecord> Controller::BuildTemplate(const api::CreateTemplateReques
   sandbox_request.env = settings.env;
   settings.limits_given.Apply(settings.limits, sandbox_request.limits);
   sandbox_request.metadata[kBuildMetadataKey] = request.name;
+  // The build sandbox belongs to the template's tenant (a shared template's to admin).
+  if (!request.tenant.empty()) sandbox_request.tenant = request.tenant;
   {
     std::lock_guard lock(builds_mu_);
     if (builds_stop_) return fail(Error(ErrorCode::kUnavailable, "airlockd is shutting down"));
@@ -622,6 +626,7 @@ Result<TemplateRecord> Controller::Snapshot(const std::string& id,
   record.name = request.name;
   record.source = "snapshot of " + id;
   record.spec = settings.ToJson({});
+  record.tenant = request.tenant;
   auto inserted = store_.InsertTemplate(record);  // the name is taken before the copy
   if (!inserted) return std::unexpected(inserted.error());
   record = std::move(*inserted);
@@ -652,6 +657,7 @@ Result<Controller::Forked> Controller::Fork(const std::string& id,
   like.env = EnvFromList(source->env);
   like.metadata = request.metadata.value_or(source->metadata);
   like.metadata["airlock.forked_from"] = id;
+  like.tenant = request.tenant;
   like.network = PolicyOf(*source);  // each fork gets a network of its own under the same policy
   auto workdir = source->resources.find(kWorkdir);
 

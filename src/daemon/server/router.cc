@@ -100,6 +100,7 @@ api::SandboxView ToView(const SandboxRecord& r) {
   v.metadata = r.metadata;
   if (r.state == store::SandboxState::kFailed) v.error = r.error;
   v.network = r.network;
+  v.tenant = r.tenant;
   if (auto address = r.resources.find(kNetAddress); address != r.resources.end()) {
     v.address = address->second;
   }
@@ -149,6 +150,22 @@ api::PoolView ToPoolView(const PoolStats& p) {
           .misses = p.miss_total()};
 }
 
+// 403 for a route only admin keys may use.
+HttpReply AdminOnly(std::string_view what) {
+  return ErrorReply(Error(ErrorCode::kPermissionDenied,
+                          "only an admin key may use " + std::string(what)));
+}
+
+// A shared template (tenant "") is every tenant's; any other only its tenant's (and admins').
+bool TemplateVisible(const Caller& caller, const store::TemplateRecord& t) {
+  return caller.admin || t.tenant.empty() || t.tenant == caller.tenant;
+}
+
+// The store's answer for a template that does not exist, for one the caller may not see.
+Error TemplateNotFound(const std::string& name) {
+  return Error(ErrorCode::kNotFound, "template '" + name + "' does not exist");
+}
+
 HttpReply SandboxReply(unsigned status, const Result<SandboxRecord>& record) {
   if (!record) return ErrorReply(record.error());
   return {status, api::RenderSandbox(ToView(*record)), ""};
@@ -175,12 +192,30 @@ std::vector<std::string_view> SplitPath(std::string_view path) {
   return parts;
 }
 
-bool Router::Authenticated(std::string_view authorization) {
-  if (!auth_required_) return true;
+std::optional<Caller> Router::Authenticate(std::string_view authorization) {
+  if (!auth_required_) return Caller{};
   constexpr std::string_view kScheme = "Bearer ";
-  if (!authorization.starts_with(kScheme)) return false;
+  if (!authorization.starts_with(kScheme)) return std::nullopt;
   authorization.remove_prefix(kScheme.size());
-  return store_.Authenticate(authorization).has_value();
+  auto key = store_.Authenticate(authorization);
+  if (!key) return std::nullopt;
+  return Caller{key->id, key->tenant, key->admin};
+}
+
+Status Router::CheckOwner(const Caller& caller, const std::string& id) {
+  if (caller.admin) return {};
+  // An unknown id is refused here too, before the body or the rest of the path is looked at,
+  // so that nothing after this point can answer differently for the two. The caller's own
+  // destroyed sandboxes pass: their network verdicts stay readable, and every other route
+  // answers them with the controller's SandboxNotFound, the same 404.
+  auto record = store_.Get(id);
+  if (!record && record.error().code() != ErrorCode::kNotFound) {
+    return std::unexpected(std::move(record.error()));
+  }
+  if (!record || record->pooled || record->tenant != caller.tenant) {
+    return std::unexpected(SandboxNotFound(id));
+  }
+  return {};
 }
 
 uint64_t BodyLimit(std::string_view method, std::string_view target) {
@@ -225,20 +260,31 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
 
   // Every /v1 route, known or not, answers 401 first: an unauthenticated caller learns nothing.
   // /metrics needs the key too (it tells how busy the host is).
-  if (!Authenticated(request.authorization)) {
+  const std::optional<Caller> who = Authenticate(request.authorization);
+  if (!who) {
     api::HttpError e = api::UnauthenticatedBody();
     HttpReply reply{static_cast<unsigned>(e.status), std::move(e.body), ""};
     reply.error_code = "unauthenticated";
     return reply;
   }
+  const Caller& caller = *who;
   if (path == "/metrics") {
     if (method != "GET") return MethodNotAllowed(method, path, {"GET"});
+    // Counts over every tenant's sandboxes.
+    if (!caller.admin) return AdminOnly("/metrics");
     return RenderMetrics();
   }
 
   const std::vector<std::string_view> parts = SplitPath(path);
-  if (parts.size() >= 2 && parts[1] == "pools") return Pools(request, parts, raw_query);
-  if (parts.size() >= 2 && parts[1] == "templates") return Templates(request, parts, raw_query);
+  if (parts.size() >= 2 && parts[1] == "pools") {
+    // Pooled sandboxes are shared capacity: sizing them is the operator's business.
+    if (!caller.admin) return AdminOnly("warm pools (/v1/pools)");
+    return Pools(request, parts, raw_query);
+  }
+  if (parts.size() >= 2 && parts[1] == "keys") return Keys(request, caller, parts, raw_query);
+  if (parts.size() >= 2 && parts[1] == "templates") {
+    return Templates(request, caller, parts, raw_query);
+  }
   if (parts.size() < 2 || parts[1] != "sandboxes" || parts.size() > 6) return NotFoundRoute(path);
 
   if (parts.size() == 2) {  // /v1/sandboxes
@@ -248,6 +294,10 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
       }
       auto create = api::CreateSandboxRequest::FromJson(request.body);
       if (!create) return ErrorReply(create.error());
+      if (auto st = CheckTemplateVisible(caller, create->template_name); !st) {
+        return ErrorReply(st.error());
+      }
+      create->tenant = caller.tenant;
       return SandboxReply(
           201, Timed(metrics_, Metrics::Op::kCreate, [&] { return controller_.Create(*create); }));
     }
@@ -256,6 +306,15 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
       if (!params) return ErrorReply(params.error());
       auto filter = api::ListFilter::FromQuery(*params);
       if (!filter) return ErrorReply(filter.error());
+      if (!caller.admin) {
+        if (filter->tenant && *filter->tenant != caller.tenant) {
+          return ErrorReply(Error(ErrorCode::kPermissionDenied,
+                                  "this key lists only its own tenant's sandboxes (" +
+                                      caller.tenant + "); only an admin key may ask for another "
+                                      "tenant's"));
+        }
+        filter->tenant = caller.tenant;
+      }
       auto records = controller_.List(*filter);
       if (!records) return ErrorReply(records.error());
       std::vector<api::SandboxView> views;
@@ -299,6 +358,7 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
     return NotFoundRoute(path);
   }
   if (auto st = ValidateSandboxId(id); !st) return ErrorReply(st.error());
+  if (auto st = CheckOwner(caller, id); !st) return ErrorReply(st.error());
   if (route == Route::kFiles) {
     return Files(request, id, parts.size() == 5 ? parts[4] : std::string_view(), raw_query);
   }
@@ -336,6 +396,7 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
     case Route::kSnapshot: {
       auto snapshot = api::SnapshotRequest::FromJson(request.body);
       if (!snapshot) return ErrorReply(snapshot.error());
+      snapshot->tenant = caller.admin ? "" : caller.tenant;  // an admin's is shared
       auto made = controller_.Snapshot(id, *snapshot);
       if (!made) return ErrorReply(made.error());
       return {201, api::RenderTemplate(ToTemplateView(*made)), ""};
@@ -343,6 +404,7 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
     case Route::kFork: {
       auto fork = api::ForkRequest::FromJson(request.body);
       if (!fork) return ErrorReply(fork.error());
+      fork->tenant = caller.tenant;
       auto forked = controller_.Fork(id, *fork);
       if (!forked) return ErrorReply(forked.error());
       std::vector<api::SandboxView> views;
@@ -383,8 +445,8 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
   return NotFoundRoute(path);
 }
 
-HttpReply Router::Templates(const HttpRequest& request, std::span<const std::string_view> parts,
-                            std::string_view raw_query) {
+HttpReply Router::Templates(const HttpRequest& request, const Caller& caller,
+                            std::span<const std::string_view> parts, std::string_view raw_query) {
   const std::string_view method = request.method;
   const std::string path = request.target.substr(0, request.target.find('?'));
   if (parts.size() > 3) return NotFoundRoute(path);
@@ -396,12 +458,16 @@ HttpReply Router::Templates(const HttpRequest& request, std::span<const std::str
       auto all = controller_.ListTemplates();
       if (!all) return ErrorReply(all.error());
       std::vector<api::TemplateView> views;
-      for (const auto& t : *all) views.push_back(ToTemplateView(t));
+      for (const auto& t : *all) {
+        if (TemplateVisible(caller, t)) views.push_back(ToTemplateView(t));
+      }
       return {200, api::RenderTemplateList(views), ""};
     }
     if (method != "POST") return MethodNotAllowed(method, path, {"GET", "POST"});
     auto create = api::CreateTemplateRequest::FromJson(request.body);
     if (!create) return ErrorReply(create.error());
+    if (auto st = CheckTemplateVisible(caller, create->base); !st) return ErrorReply(st.error());
+    create->tenant = caller.admin ? "" : caller.tenant;  // an admin's is shared
     if (create->stream) {
       HttpReply reply{200, "", ""};
       reply.content_type = "application/x-ndjson";
@@ -416,13 +482,83 @@ HttpReply Router::Templates(const HttpRequest& request, std::span<const std::str
   const std::string name(parts[2]);
   if (method != "GET" && method != "DELETE") return MethodNotAllowed(method, path, {"GET", "DELETE"});
   if (auto st = api::CheckTemplateName(name); !st) return ErrorReply(st.error());
+  auto one = controller_.GetTemplate(name);
+  if (!one) return ErrorReply(one.error());
+  if (!TemplateVisible(caller, *one)) return ErrorReply(TemplateNotFound(name));
   if (method == "DELETE") {
+    if (!caller.admin && one->tenant.empty()) {
+      return ErrorReply(Error(ErrorCode::kPermissionDenied,
+                              "template '" + name +
+                                  "' is shared by every tenant; only an admin key may delete it"));
+    }
     if (auto st = controller_.DeleteTemplate(name); !st) return ErrorReply(st.error());
     return {204, "", ""};
   }
-  auto one = controller_.GetTemplate(name);
-  if (!one) return ErrorReply(one.error());
   return {200, api::RenderTemplate(ToTemplateView(*one)), ""};
+}
+
+Status Router::CheckTemplateVisible(const Caller& caller, const std::string& name) {
+  if (caller.admin) return {};
+  // Names that are no template here (a Debian suite, an image path) are the controller's.
+  auto t = controller_.GetTemplate(name);
+  if (t && !TemplateVisible(caller, *t)) return std::unexpected(TemplateNotFound(name));
+  return {};
+}
+
+HttpReply Router::Keys(const HttpRequest& request, const Caller& caller,
+                       std::span<const std::string_view> parts, std::string_view raw_query) {
+  const std::string_view method = request.method;
+  const std::string path = request.target.substr(0, request.target.find('?'));
+  if (parts.size() > 3) return NotFoundRoute(path);
+  if (!caller.admin) return AdminOnly("API keys (/v1/keys)");
+  if (!raw_query.empty()) {
+    return ErrorReply(Error(ErrorCode::kInvalidArgument, "this route takes no query string"));
+  }
+  auto view = [](const store::KeyInfo& k, std::string plaintext) {
+    return api::KeyView{.id = k.id,
+                        .name = k.name,
+                        .tenant = k.tenant,
+                        .admin = k.admin,
+                        .revoked = k.revoked,
+                        .created_at = FromMs(k.created_at_ms),
+                        .key = std::move(plaintext)};
+  };
+  if (parts.size() == 2) {  // /v1/keys
+    if (method == "GET") {
+      if (!request.body.empty()) {
+        return ErrorReply(Error(ErrorCode::kInvalidArgument, "this call takes no request body"));
+      }
+      auto keys = store_.ListKeys();
+      if (!keys) return ErrorReply(keys.error());
+      std::vector<api::KeyView> views;
+      for (const store::KeyInfo& k : *keys) views.push_back(view(k, ""));
+      return {200, api::RenderKeyList(views), ""};
+    }
+    if (method != "POST") return MethodNotAllowed(method, path, {"GET", "POST"});
+    auto create = api::CreateKeyRequest::FromJson(request.body);
+    if (!create) return ErrorReply(create.error());
+    auto made = store_.CreateKey(create->name, create->admin, create->tenant);
+    if (!made) return ErrorReply(made.error());
+    return {201, api::RenderKey(view(made->info, std::move(made->plaintext))), ""};
+  }
+  // DELETE /v1/keys/{id}
+  if (method != "DELETE") return MethodNotAllowed(method, path, {"DELETE"});
+  const std::string_view text = parts[2];
+  int64_t id = 0;
+  bool digits = !text.empty() && text.size() <= 18 && text.front() != '0';
+  for (char c : text) {
+    digits = digits && c >= '0' && c <= '9';
+    if (digits) id = id * 10 + (c - '0');
+  }
+  if (!digits) {
+    return ErrorReply(Error(ErrorCode::kInvalidArgument,
+                            "a key id is a positive integer, got " + api::Quote(text)));
+  }
+  if (!request.body.empty()) {
+    return ErrorReply(Error(ErrorCode::kInvalidArgument, "this call takes no request body"));
+  }
+  if (auto st = store_.RevokeKey(id); !st) return ErrorReply(st.error());
+  return {204, "", ""};
 }
 
 HttpReply Router::Pools(const HttpRequest& request, std::span<const std::string_view> parts,

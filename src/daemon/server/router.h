@@ -48,6 +48,14 @@ std::vector<std::string_view> SplitPath(std::string_view path);
 
 class WsSession;  // ws_session.h
 
+// Who makes a request: what the key it presented says (docs/design/tenancy.md). With --no-auth
+// every caller is this default, an admin.
+struct Caller {
+  int64_t key_id = 0;  // 0 with --no-auth
+  std::string tenant = std::string(store::kAdminTenant);
+  bool admin = true;
+};
+
 class Router {
  public:
   // `auth_required` false is --no-auth (loopback only; main checks that).
@@ -63,15 +71,25 @@ class Router {
   std::expected<std::unique_ptr<WsSession>, HttpReply> Upgrade(const HttpRequest& request);
 
  private:
-  bool Authenticated(std::string_view authorization);
+  // The caller the Authorization header names; nullopt answers 401.
+  std::optional<Caller> Authenticate(std::string_view authorization);
+  // The tenancy rule, enforced here alone for every /v1/sandboxes/{id}... route (HTTP and
+  // WebSocket): an admin may act on any sandbox; anyone else gets, for a sandbox of another
+  // tenant, exactly the error of a sandbox that does not exist (SandboxNotFound). Call after
+  // the route and the id's syntax are checked and before anything else about the request.
+  [[nodiscard]] Status CheckOwner(const Caller& caller, const std::string& id);
   HttpReply Dispatch(const HttpRequest& request);
+  // For a non-admin caller: 404 (as if absent) for a template of another tenant named `name`.
+  [[nodiscard]] Status CheckTemplateVisible(const Caller& caller, const std::string& name);
+  HttpReply Keys(const HttpRequest& request, const Caller& caller,
+                 std::span<const std::string_view> parts, std::string_view raw_query);
   HttpReply Files(const HttpRequest& request, const std::string& id, std::string_view sub,
                   std::string_view raw_query);
   HttpReply Processes(const HttpRequest& request, const std::string& id,
                       std::span<const std::string_view> rest, std::string_view raw_query);
   // /v1/pools and /v1/pools/{template}; `parts` is the split path.
-  HttpReply Templates(const HttpRequest& request, std::span<const std::string_view> parts,
-                      std::string_view raw_query);
+  HttpReply Templates(const HttpRequest& request, const Caller& caller,
+                      std::span<const std::string_view> parts, std::string_view raw_query);
   HttpReply Pools(const HttpRequest& request, std::span<const std::string_view> parts,
                   std::string_view raw_query);
   HttpReply RenderMetrics();

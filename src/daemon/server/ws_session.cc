@@ -303,7 +303,8 @@ std::expected<std::unique_ptr<WsSession>, HttpReply> Router::Upgrade(const HttpR
   if (size_t q = target.find('?'); q != std::string_view::npos) raw_query = target.substr(q + 1);
 
   // As for every /v1 route: 401 first, whatever else is wrong.
-  if (!Authenticated(request.authorization)) {
+  const std::optional<Caller> caller = Authenticate(request.authorization);
+  if (!caller) {
     api::HttpError e = api::UnauthenticatedBody();
     HttpReply reply{static_cast<unsigned>(e.status), std::move(e.body), ""};
     reply.error_code = "unauthenticated";
@@ -322,6 +323,7 @@ std::expected<std::unique_ptr<WsSession>, HttpReply> Router::Upgrade(const HttpR
   const auto parts = SplitPath(path);
   const std::string id(parts[2]);
   if (auto st = ValidateSandboxId(id); !st) return refuse_error(st.error());
+  if (auto st = CheckOwner(*caller, id); !st) return refuse_error(st.error());
   const bool exec = parts.size() == 5;
   std::optional<int32_t> pid;
   bool replay = true;

@@ -104,33 +104,42 @@ Status WriteNewPrivateFile(const std::string& dir, const std::string& path,
   return FsyncDir(dir);
 }
 
+// Reads a row selected with kKeyColumns.
+constexpr std::string_view kKeyColumns = "id, name, tenant, created_at_ms, admin, revoked";
+
 Result<KeyInfo> ReadKeyInfo(const Statement& stmt) {
-  return KeyInfo{stmt.ColumnInt(0), stmt.ColumnText(1), stmt.ColumnInt(2), stmt.ColumnInt(3) != 0,
-                 stmt.ColumnInt(4) != 0};
+  return KeyInfo{stmt.ColumnInt(0), stmt.ColumnText(1), stmt.ColumnText(2), stmt.ColumnInt(3),
+                 stmt.ColumnInt(4) != 0, stmt.ColumnInt(5) != 0};
 }
 
 }  // namespace
 
 Result<KeyInfo> Store::InsertKeyLocked(std::string_view name, std::string_view hash_hex,
-                                       bool admin) {
-  KeyInfo info{0, std::string(name), options_.now_ms(), admin, false};
+                                       bool admin, std::string_view tenant) {
+  KeyInfo info{0, std::string(name), std::string(tenant), options_.now_ms(), admin, false};
   auto stmt = db_.Prepare(
-      "INSERT INTO api_keys (name, hash, created_at_ms, admin, revoked) VALUES (?, ?, ?, ?, 0)");
+      "INSERT INTO api_keys (name, hash, created_at_ms, admin, revoked, tenant) "
+      "VALUES (?, ?, ?, ?, 0, ?)");
   if (!stmt) return std::unexpected(std::move(stmt.error()));
-  stmt->Bind(1, name).Bind(2, hash_hex).Bind(3, info.created_at_ms).Bind(4, int64_t{admin});
+  stmt->Bind(1, name)
+      .Bind(2, hash_hex)
+      .Bind(3, info.created_at_ms)
+      .Bind(4, int64_t{admin})
+      .Bind(5, tenant);
   auto done = stmt->Run();
   if (!done) return std::unexpected(std::move(done.error()).Wrap("storing API key"));
   info.id = sqlite3_last_insert_rowid(db_.get());
   return info;
 }
 
-Result<NewKey> Store::CreateKey(std::string_view name, bool admin) {
+Result<NewKey> Store::CreateKey(std::string_view name, bool admin, std::string_view tenant) {
   auto valid = ValidateKeyName(name);
   if (!valid) return std::unexpected(std::move(valid.error()));
+  if (auto st = ValidateTenant(tenant); !st) return std::unexpected(std::move(st.error()));
   auto key = NewKeyText();
   if (!key) return std::unexpected(std::move(key.error()));
   std::lock_guard lock(mu_);
-  auto info = InsertKeyLocked(name, Sha256::Of(*key), admin);
+  auto info = InsertKeyLocked(name, Sha256::Of(*key), admin, tenant);
   if (!info) return std::unexpected(std::move(info.error()));
   return NewKey{std::move(*info), std::move(*key)};
 }
@@ -148,14 +157,14 @@ Result<KeyInfo> Store::Authenticate(std::string_view presented) {
   // revoked or not: the time taken does not depend on which key matched or how much of it.
   // There are few keys; an index lookup would leak only hash prefixes, but this is simpler
   // to argue about.
-  auto stmt = db_.Prepare("SELECT id, name, created_at_ms, admin, revoked, hash FROM api_keys");
+  auto stmt = db_.Prepare("SELECT " + std::string(kKeyColumns) + ", hash FROM api_keys");
   if (!stmt) return std::unexpected(std::move(stmt.error()));
   std::optional<KeyInfo> match;
   while (true) {
     auto row = stmt->Step();
     if (!row) return std::unexpected(std::move(row.error()).Wrap("authenticating"));
     if (!*row) break;
-    std::string stored = stmt->ColumnText(5);
+    std::string stored = stmt->ColumnText(6);
     if (stored.size() == hash.size() &&
         CRYPTO_memcmp(stored.data(), hash.data(), hash.size()) == 0) {
       auto info = ReadKeyInfo(*stmt);
@@ -169,21 +178,38 @@ Result<KeyInfo> Store::Authenticate(std::string_view presented) {
 
 Status Store::RevokeKey(int64_t id) {
   std::lock_guard lock(mu_);
+  // The check and the write share one transaction, so two revokes cannot both pass it.
+  auto tx = Transaction::Begin(db_);
+  if (!tx) return std::unexpected(std::move(tx.error()));
+  auto key = db_.Prepare("SELECT admin, revoked FROM api_keys WHERE id = ?");
+  if (!key) return std::unexpected(std::move(key.error()));
+  key->Bind(1, id);
+  auto row = key->Step();
+  if (!row) return std::unexpected(std::move(row.error()).Wrap("revoking API key"));
+  if (!*row) return Fail(ErrorCode::kNotFound, "API key " + std::to_string(id) + " not found");
+  if (key->ColumnInt(1) != 0) return {};
+  if (key->ColumnInt(0) != 0) {
+    auto admins = db_.Prepare("SELECT count(*) FROM api_keys WHERE admin = 1 AND revoked = 0");
+    if (!admins) return std::unexpected(std::move(admins.error()));
+    auto counted = admins->Step();
+    if (!counted) return std::unexpected(std::move(counted.error()).Wrap("revoking API key"));
+    if (admins->ColumnInt(0) <= 1) {
+      return Fail(ErrorCode::kFailedPrecondition,
+                  "API key " + std::to_string(id) +
+                      " is the last admin key; create another admin key before revoking it");
+    }
+  }
   auto stmt = db_.Prepare("UPDATE api_keys SET revoked = 1 WHERE id = ?");
   if (!stmt) return std::unexpected(std::move(stmt.error()));
   stmt->Bind(1, id);
   auto done = stmt->Run();
   if (!done) return std::unexpected(std::move(done.error()).Wrap("revoking API key"));
-  if (db_.Changes() == 0) {
-    return Fail(ErrorCode::kNotFound, "API key " + std::to_string(id) + " not found");
-  }
-  return {};
+  return tx->Commit();
 }
 
 Result<std::vector<KeyInfo>> Store::ListKeys() {
   std::lock_guard lock(mu_);
-  auto stmt =
-      db_.Prepare("SELECT id, name, created_at_ms, admin, revoked FROM api_keys ORDER BY id");
+  auto stmt = db_.Prepare("SELECT " + std::string(kKeyColumns) + " FROM api_keys ORDER BY id");
   if (!stmt) return std::unexpected(std::move(stmt.error()));
   std::vector<KeyInfo> keys;
   while (true) {
@@ -234,7 +260,7 @@ Result<AdminKeyState> Store::EnsureAdminKey(const std::string& state_dir) {
                       "file to have a new admin key created");
     }
     if (::fchmod(fd->get(), 0600) != 0) return FailErrno("chmod " + path, errno);
-    auto info = InsertKeyLocked("admin", Sha256::Of(text), /*admin=*/true);
+    auto info = InsertKeyLocked("admin", Sha256::Of(text), /*admin=*/true, kAdminTenant);
     if (!info) return std::unexpected(std::move(info.error()));
     return AdminKeyState::kAdopted;
   }
@@ -245,7 +271,7 @@ Result<AdminKeyState> Store::EnsureAdminKey(const std::string& state_dir) {
   if (!key) return std::unexpected(std::move(key.error()));
   auto written = WriteNewPrivateFile(state_dir, path, *key + "\n");
   if (!written) return std::unexpected(std::move(written.error()).Wrap("writing admin key"));
-  auto info = InsertKeyLocked("admin", Sha256::Of(*key), /*admin=*/true);
+  auto info = InsertKeyLocked("admin", Sha256::Of(*key), /*admin=*/true, kAdminTenant);
   if (!info) return std::unexpected(std::move(info.error()));
   return AdminKeyState::kCreated;
 }

@@ -108,12 +108,21 @@ CREATE TABLE network_event_counters (
   trimmed    INTEGER NOT NULL
 ) STRICT;
 )sql",
+    // 6: tenancy (docs/design/tenancy.md). Every key and sandbox belongs to a tenant; what
+    // existed before belongs to "admin". A template's tenant is '' when it is shared (made by
+    // an admin; every older one was), else the tenant that made it.
+    R"sql(
+ALTER TABLE api_keys ADD COLUMN tenant TEXT NOT NULL DEFAULT 'admin';
+ALTER TABLE sandboxes ADD COLUMN tenant TEXT NOT NULL DEFAULT 'admin';
+ALTER TABLE templates ADD COLUMN tenant TEXT NOT NULL DEFAULT '';
+CREATE INDEX sandboxes_by_tenant ON sandboxes (tenant);
+)sql",
 };
 
 constexpr std::string_view kColumns =
     "id, state, engine, template_name, cpus, memory_mb, pids_max, disk_mb, env, metadata, "
     "created_at_ms, updated_at_ms, expires_at_ms, init_pid, resources, error, pooled, layers, "
-    "network";
+    "network, tenant";
 
 int64_t RealtimeMs() {
   timespec ts{};
@@ -206,7 +215,7 @@ Status ValidateFields(const SandboxRecord& r) {
     return Fail(ErrorCode::kInvalidArgument, "expires_at_ms must not be negative");
   }
   if (r.init_pid < 0) return Fail(ErrorCode::kInvalidArgument, "init_pid must not be negative");
-  return {};
+  return ValidateTenant(r.tenant);
 }
 
 // Binds the columns in kColumns order.
@@ -229,7 +238,8 @@ void BindRecord(Statement& stmt, const SandboxRecord& r, const EncodedColumns& e
       .Bind(16, r.error)
       .Bind(17, static_cast<int64_t>(r.pooled ? 1 : 0))
       .Bind(18, enc.layers)
-      .Bind(19, r.network);
+      .Bind(19, r.network)
+      .Bind(20, r.tenant);
 }
 
 // Reads a row selected with kColumns.
@@ -264,6 +274,7 @@ Result<SandboxRecord> ReadRecord(const Statement& stmt) {
   if (!layers) return std::unexpected(std::move(layers.error()));
   r.layers = std::move(*layers);
   r.network = stmt.ColumnText(18);
+  r.tenant = stmt.ColumnText(19);
   return r;
 }
 
@@ -278,6 +289,21 @@ Status CreatePrivateFile(const std::string& path) {
 }
 
 }  // namespace
+
+Status ValidateTenant(std::string_view tenant) {
+  if (tenant.empty() || tenant.size() > 64) {
+    return Fail(ErrorCode::kInvalidArgument, "a tenant name has 1 to 64 characters");
+  }
+  for (char c : tenant) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) {
+      return Fail(ErrorCode::kInvalidArgument,
+                  "a tenant name may hold only letters, digits, '.', '_' and '-'");
+    }
+  }
+  return {};
+}
 
 int Store::CurrentSchemaVersion() { return static_cast<int>(std::size(kMigrations)); }
 
@@ -347,7 +373,7 @@ Result<SandboxRecord> Store::Insert(SandboxRecord record) {
   std::lock_guard lock(mu_);
   record.created_at_ms = record.updated_at_ms = options_.now_ms();
   auto stmt = db_.Prepare("INSERT INTO sandboxes (" + std::string(kColumns) +
-                          ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+                          ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   if (!stmt) return std::unexpected(std::move(stmt.error()));
   BindRecord(*stmt, record, *enc);
   auto done = stmt->Run();  // autocommit: one statement, one durable transaction
@@ -386,6 +412,7 @@ Result<std::vector<SandboxRecord>> Store::List(const ListFilter& filter) {
     sql += ")";
   }
   if (filter.pooled) sql += *filter.pooled ? " AND pooled = 1" : " AND pooled = 0";
+  if (filter.tenant) sql += " AND tenant = ?";
   for (size_t i = 0; i < filter.metadata.size(); ++i) {
     sql +=
         " AND EXISTS (SELECT 1 FROM json_each(sandboxes.metadata) AS m"
@@ -398,6 +425,7 @@ Result<std::vector<SandboxRecord>> Store::List(const ListFilter& filter) {
   if (!stmt) return std::unexpected(std::move(stmt.error()));
   int index = 1;
   for (SandboxState state : filter.states) stmt->Bind(index++, SandboxStateName(state));
+  if (filter.tenant) stmt->Bind(index++, *filter.tenant);
   for (const auto& [key, value] : filter.metadata) {
     stmt->Bind(index, key).Bind(index + 1, value);
     index += 2;
@@ -421,7 +449,8 @@ Status Store::UpdateLocked(const SandboxRecord& record) {
       "UPDATE sandboxes SET state = ?2, engine = ?3, template_name = ?4, cpus = ?5, "
       "memory_mb = ?6, pids_max = ?7, disk_mb = ?8, env = ?9, metadata = ?10, "
       "created_at_ms = ?11, updated_at_ms = ?12, expires_at_ms = ?13, init_pid = ?14, "
-      "resources = ?15, error = ?16, pooled = ?17, layers = ?18, network = ?19 WHERE id = ?1");
+      "resources = ?15, error = ?16, pooled = ?17, layers = ?18, network = ?19, tenant = ?20 "
+      "WHERE id = ?1");
   if (!stmt) return std::unexpected(std::move(stmt.error()));
   BindRecord(*stmt, record, *enc);
   auto done = stmt->Run();

@@ -31,6 +31,11 @@
 
 namespace airlock::store {
 
+// The tenant of the admin key made at first start, and of every record older than tenancy.
+inline constexpr std::string_view kAdminTenant = "admin";
+// kInvalidArgument unless `tenant` is 1-64 of [A-Za-z0-9._-].
+[[nodiscard]] Status ValidateTenant(std::string_view tenant);
+
 struct SandboxLimits {
   double cpus = 0;        // CPU quota in cores; 0 = none
   int64_t memory_mb = 0;  // 0 = none
@@ -61,6 +66,9 @@ struct SandboxRecord {
   std::vector<std::string> layers;
   // Its network policy as the API's `network` JSON (docs/design/network.md); "" for mode none.
   std::string network;
+  // The tenant that owns it (docs/design/tenancy.md): the caller's key's tenant at create or
+  // fork. Pooled records belong to "admin" until a claim gives them the claimer's.
+  std::string tenant = std::string(kAdminTenant);
   bool operator==(const SandboxRecord&) const = default;
 };
 
@@ -77,6 +85,9 @@ struct TemplateRecord {
   int64_t created_at_ms = 0;        // set by the store on insert
   int64_t updated_at_ms = 0;        // set by the store on every write
   std::string error;                // why a build failed
+  // "" for a shared template (made by an admin, or older than tenancy): every tenant may use
+  // it. Otherwise the tenant that made it by a build or snapshot; invisible to the others.
+  std::string tenant;
   bool operator==(const TemplateRecord&) const = default;
 };
 
@@ -116,11 +127,13 @@ struct ListFilter {
   std::vector<SandboxState> states;                           // any of these; empty = every state
   std::vector<std::pair<std::string, std::string>> metadata;  // key == value, all ANDed
   std::optional<bool> pooled;  // only pooled / only unpooled records; nullopt = both
+  std::optional<std::string> tenant;  // only this tenant's records; nullopt = every tenant's
 };
 
 struct KeyInfo {
   int64_t id = 0;
   std::string name;
+  std::string tenant = std::string(kAdminTenant);
   int64_t created_at_ms = 0;
   bool admin = false;
   bool revoked = false;
@@ -252,11 +265,15 @@ class Store {
 
   // --- API keys (api_keys.cc) ------------------------------------------------------------
 
-  // A new random key; only its SHA-256 is stored. `name`: 1-64 printable ASCII characters.
-  [[nodiscard]] Result<NewKey> CreateKey(std::string_view name, bool admin = false);
+  // A new random key; only its SHA-256 is stored. `name`: 1-64 printable ASCII characters;
+  // `tenant`: ValidateTenant.
+  [[nodiscard]] Result<NewKey> CreateKey(std::string_view name, bool admin = false,
+                                         std::string_view tenant = kAdminTenant);
   // The key `presented` (the Bearer token) belongs to, if it is not revoked. Every failure is
   // the same kUnauthenticated error with the same message, whatever the reason.
   [[nodiscard]] Result<KeyInfo> Authenticate(std::string_view presented);
+  // kNotFound for an unknown id; kFailedPrecondition (409) for the last admin key that is not
+  // revoked (nobody could make keys any more). Revoking a revoked key succeeds.
   [[nodiscard]] Status RevokeKey(int64_t id);
   [[nodiscard]] Result<std::vector<KeyInfo>> ListKeys();
   // First start: creates an admin key and writes it to `state_dir`/admin.key (0600, written
@@ -286,7 +303,7 @@ class Store {
       std::string_view template_name, bool claim,
       const std::function<void(SandboxRecord&)>& mutate);
   [[nodiscard]] Result<KeyInfo> InsertKeyLocked(std::string_view name, std::string_view hash_hex,
-                                                bool admin);
+                                                bool admin, std::string_view tenant);
 
   std::mutex mu_;
   Database db_;  // guarded by mu_

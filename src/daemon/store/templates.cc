@@ -10,7 +10,7 @@ namespace {
 using json = nlohmann::json;
 
 constexpr std::string_view kTemplateColumns =
-    "name, state, source, spec, layers, created_at_ms, updated_at_ms, error";
+    "name, state, source, spec, layers, created_at_ms, updated_at_ms, error, tenant";
 
 Result<TemplateState> ParseTemplateState(std::string_view name) {
   for (TemplateState s : {TemplateState::kBuilding, TemplateState::kReady, TemplateState::kFailed}) {
@@ -27,6 +27,7 @@ Status ValidateTemplate(const TemplateRecord& r) {
   if (spec.is_discarded() || !spec.is_object()) {
     return Fail(ErrorCode::kInvalidArgument, "a template's spec must be a JSON object");
   }
+  if (!r.tenant.empty()) return ValidateTenant(r.tenant);  // "" is shared
   return {};
 }
 
@@ -65,6 +66,7 @@ Result<TemplateRecord> ReadTemplate(const Statement& stmt) {
   r.created_at_ms = stmt.ColumnInt(5);
   r.updated_at_ms = stmt.ColumnInt(6);
   r.error = stmt.ColumnText(7);
+  r.tenant = stmt.ColumnText(8);
   return r;
 }
 
@@ -89,7 +91,7 @@ Result<TemplateRecord> Store::InsertTemplate(TemplateRecord record) {
   std::lock_guard lock(mu_);
   record.created_at_ms = record.updated_at_ms = options_.now_ms();
   auto stmt = db_.Prepare("INSERT INTO templates (" + std::string(kTemplateColumns) +
-                          ") VALUES (?,?,?,?,?,?,?,?)");
+                          ") VALUES (?,?,?,?,?,?,?,?,?)");
   if (!stmt) return std::unexpected(std::move(stmt.error()));
   stmt->Bind(1, record.name)
       .Bind(2, TemplateStateName(record.state))
@@ -98,7 +100,8 @@ Result<TemplateRecord> Store::InsertTemplate(TemplateRecord record) {
       .Bind(5, *layers)
       .Bind(6, record.created_at_ms)
       .Bind(7, record.updated_at_ms)
-      .Bind(8, record.error);
+      .Bind(8, record.error)
+      .Bind(9, record.tenant);
   auto done = stmt->Run();
   if (!done) {
     if (done.error().code() == ErrorCode::kAlreadyExists) {

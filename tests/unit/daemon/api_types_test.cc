@@ -905,5 +905,87 @@ TEST(WsClientMessageTest, RefusesBadMessagesNamingTheProblem) {
   EXPECT_EQ(huge.error().code(), ErrorCode::kTooLarge);
 }
 
+// --- Tenancy (docs/design/tenancy.md) --------------------------------------------------------
+
+TEST(TenancyTypesTest, TenantNamesFollowTheRule) {
+  for (std::string_view good : {"a", "team-a", "A.b_c-9", "admin"}) {
+    EXPECT_TRUE(CheckTenantName(good, "tenant").has_value()) << good;
+  }
+  EXPECT_TRUE(CheckTenantName(std::string(64, 't'), "tenant").has_value());
+  for (std::string_view bad : {"", "a b", "a/b", "a:b", "caf\xc3\xa9", "x\ny"}) {
+    auto st = CheckTenantName(bad, "tenant");
+    ASSERT_FALSE(st.has_value()) << bad;
+    EXPECT_EQ(st.error().code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(st.error().message().find("tenant"), std::string::npos);
+  }
+  EXPECT_FALSE(CheckTenantName(std::string(65, 't'), "tenant").has_value());
+}
+
+TEST(TenancyTypesTest, CreateKeyRequestIsStrict) {
+  auto ok = CreateKeyRequest::FromJson(R"({"name": "ci bot", "tenant": "team-a"})");
+  ASSERT_TRUE(ok.has_value()) << ok.error().message();
+  EXPECT_EQ(ok->name, "ci bot");
+  EXPECT_EQ(ok->tenant, "team-a");
+  EXPECT_FALSE(ok->admin);
+  auto admin = CreateKeyRequest::FromJson(R"({"name": "root", "tenant": "ops", "admin": true})");
+  ASSERT_TRUE(admin.has_value());
+  EXPECT_TRUE(admin->admin);
+  for (const char* bad : {
+           R"({"tenant": "a"})",
+           R"({"name": "x"})",
+           R"({"name": "", "tenant": "a"})",
+           R"({"name": "x", "tenant": "a b"})",
+           R"({"name": "x", "tenant": "a", "admin": "yes"})",
+           R"({"name": "x", "tenant": "a", "hash": "00"})",
+           R"({"name": "tab\there", "tenant": "a"})",
+       }) {
+    auto r = CreateKeyRequest::FromJson(bad);
+    EXPECT_FALSE(r.has_value()) << bad;
+    if (!r) {
+      EXPECT_EQ(r.error().code(), ErrorCode::kInvalidArgument) << bad;
+    }
+  }
+  EXPECT_FALSE(CreateKeyRequest::FromJson(R"({"name": ")" + std::string(65, 'n') +
+                                          R"(", "tenant": "a"})")
+                   .has_value());
+}
+
+TEST(TenancyTypesTest, ListFilterTakesATenant) {
+  auto params = ParseQueryString("tenant=team-a&state=running");
+  ASSERT_TRUE(params.has_value());
+  auto f = ListFilter::FromQuery(*params);
+  ASSERT_TRUE(f.has_value()) << f.error().message();
+  EXPECT_EQ(f->tenant, "team-a");
+  auto none = ListFilter::FromQuery({});
+  ASSERT_TRUE(none.has_value());
+  EXPECT_FALSE(none->tenant.has_value());
+  auto bad = ParseQueryString("tenant=a%2Fb");
+  ASSERT_TRUE(bad.has_value());
+  EXPECT_FALSE(ListFilter::FromQuery(*bad).has_value());
+}
+
+TEST(TenancyTypesTest, KeysRenderWithoutAKeyUnlessItWasJustMade) {
+  KeyView k{.id = 2, .name = "ci", .tenant = "team-a", .admin = false, .revoked = true};
+  json listed = json::parse(RenderKeyList(std::vector<KeyView>{k}));
+  ASSERT_EQ(listed["keys"].size(), 1u);
+  EXPECT_EQ(listed["keys"][0]["tenant"], "team-a");
+  EXPECT_EQ(listed["keys"][0]["revoked"], true);
+  EXPECT_FALSE(listed["keys"][0].contains("key"));
+  k.key = "al_" + std::string(64, 'a');
+  EXPECT_EQ(json::parse(RenderKey(k))["key"], k.key);
+}
+
+TEST(TenancyTypesTest, SandboxAndTemplateJsonShowTheTenant) {
+  SandboxView s;
+  s.id = "sbx-a";
+  s.tenant = "team-a";
+  EXPECT_EQ(json::parse(RenderSandbox(s))["tenant"], "team-a");
+  TemplateView shared{.name = "t", .state = "ready", .settings = "{}"};
+  EXPECT_FALSE(json::parse(RenderTemplate(shared)).contains("tenant"));
+  TemplateView own = shared;
+  own.tenant = "team-a";
+  EXPECT_EQ(json::parse(RenderTemplate(own))["tenant"], "team-a");
+}
+
 }  // namespace
 }  // namespace airlock::api

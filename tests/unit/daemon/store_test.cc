@@ -60,6 +60,16 @@ std::string RawQuery(const std::string& db_path, const std::string& sql) {
   return out;
 }
 
+// Takes a database back to schema version 5, as an Airlock without tenancy left it: migration
+// 6's index and columns go (the rows stay).
+void UndoTenancyMigration(const std::string& db_path) {
+  RawQuery(db_path, "DROP INDEX sandboxes_by_tenant");
+  RawQuery(db_path, "ALTER TABLE sandboxes DROP COLUMN tenant");
+  RawQuery(db_path, "ALTER TABLE api_keys DROP COLUMN tenant");
+  RawQuery(db_path, "ALTER TABLE templates DROP COLUMN tenant");
+  RawQuery(db_path, "PRAGMA user_version = 5");
+}
+
 SandboxRecord MakeRecord(std::string id) {
   SandboxRecord r;
   r.id = std::move(id);
@@ -1196,12 +1206,12 @@ TEST_F(StoreTest, MigrationFromVersionFourAddsTheVerdictTablesAndKeepsRecords) {
   store_.reset();
   RawQuery(db_path_, "DROP TABLE network_events");
   RawQuery(db_path_, "DROP TABLE network_event_counters");
+  UndoTenancyMigration(db_path_);
   RawQuery(db_path_, "PRAGMA user_version = 4");
   ASSERT_EQ(RawQuery(db_path_, "SELECT count(*) FROM sqlite_master WHERE name LIKE 'network%'"),
             "0");
   Reopen();
-  EXPECT_EQ(RawQuery(db_path_, "PRAGMA user_version"), "5");
-  EXPECT_EQ(Store::CurrentSchemaVersion(), 5);
+  EXPECT_EQ(RawQuery(db_path_, "PRAGMA user_version"), "6");
   EXPECT_EQ(RawQuery(db_path_, "SELECT count(*) FROM sqlite_master WHERE name LIKE 'network%'"),
             "2");
   auto old = store_->Get("sbx-old");
@@ -1211,6 +1221,123 @@ TEST_F(StoreTest, MigrationFromVersionFourAddsTheVerdictTablesAndKeepsRecords) {
   ASSERT_TRUE(store_->AppendNetworkEvents(batches, 100).has_value());
   EXPECT_EQ(store_->NetworkEvents("sbx-old", 0, 10)->events.size(), 2u);
   EXPECT_TRUE(store_->CheckIntegrity().has_value());
+}
+
+// --- Tenancy (docs/design/tenancy.md) --------------------------------------------------------
+
+TEST_F(StoreTest, MigrationFromVersionFiveGivesEveryOldRowToAdmin) {
+  InState("sbx-old", S::kRunning);
+  auto key = store_->CreateKey("old-key");
+  ASSERT_TRUE(key.has_value());
+  ASSERT_TRUE(store_->InsertTemplate(MakeTemplate("old-template")).has_value());
+  store_.reset();
+  UndoTenancyMigration(db_path_);
+  ASSERT_EQ(RawQuery(db_path_, "SELECT count(*) FROM pragma_table_info('sandboxes') "
+                               "WHERE name = 'tenant'"),
+            "0");
+
+  Reopen();
+  EXPECT_EQ(RawQuery(db_path_, "PRAGMA user_version"), "6");
+  EXPECT_EQ(Store::CurrentSchemaVersion(), 6);
+  auto old = store_->Get("sbx-old");
+  ASSERT_TRUE(old.has_value());
+  EXPECT_EQ(old->tenant, "admin");
+  EXPECT_EQ(old->state, S::kRunning);
+  auto who = store_->Authenticate(key->plaintext);
+  ASSERT_TRUE(who.has_value());
+  EXPECT_EQ(who->tenant, "admin");
+  auto t = store_->GetTemplate("old-template");
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->tenant, "") << "templates from before tenancy are shared";
+  EXPECT_TRUE(store_->CheckIntegrity().has_value());
+
+  // New rows after the migration keep the tenant they are given.
+  SandboxRecord mine = MakeRecord("sbx-new");
+  mine.tenant = "team-a";
+  ASSERT_TRUE(store_->Insert(mine).has_value());
+  EXPECT_EQ(store_->Get("sbx-new")->tenant, "team-a");
+}
+
+TEST_F(StoreTest, TenantNamesAreValidated) {
+  for (std::string_view bad : {std::string_view(""), std::string_view("a b"),
+                               std::string_view("a/b"), std::string_view("caf\xc3\xa9"),
+                               std::string_view("x\0y", 3), std::string_view("a;DROP")}) {
+    EXPECT_EQ(ValidateTenant(bad).error().code(), ErrorCode::kInvalidArgument) << bad;
+    EXPECT_EQ(store_->CreateKey("k", false, bad).error().code(), ErrorCode::kInvalidArgument);
+    SandboxRecord r = MakeRecord("sbx-bad");
+    r.tenant = std::string(bad);
+    EXPECT_EQ(store_->Insert(r).error().code(), ErrorCode::kInvalidArgument) << bad;
+  }
+  EXPECT_EQ(ValidateTenant(std::string(65, 't')).error().code(), ErrorCode::kInvalidArgument);
+  // Positive controls: the whole alphabet, and the longest name.
+  for (std::string_view good : {std::string_view("A-z_0.9"), std::string_view("admin")}) {
+    EXPECT_TRUE(ValidateTenant(good).has_value()) << good;
+  }
+  auto key = store_->CreateKey("k", false, std::string(64, 't'));
+  ASSERT_TRUE(key.has_value());
+  EXPECT_EQ(store_->Authenticate(key->plaintext)->tenant, std::string(64, 't'));
+  EXPECT_FALSE(store_->Get("sbx-bad").has_value()) << "no bad record was written";
+}
+
+TEST_F(StoreTest, ListFiltersByTenant) {
+  SandboxRecord a = MakeRecord("sbx-a");
+  a.tenant = "team-a";
+  SandboxRecord b = MakeRecord("sbx-b");
+  b.tenant = "team-b";
+  ASSERT_TRUE(store_->Insert(a).has_value());
+  ASSERT_TRUE(store_->Insert(b).has_value());
+  auto only_a = store_->List({.tenant = "team-a"});
+  ASSERT_TRUE(only_a.has_value());
+  ASSERT_EQ(only_a->size(), 1u);
+  EXPECT_EQ((*only_a)[0].id, "sbx-a");
+  EXPECT_EQ(store_->List({.tenant = "nobody"})->size(), 0u);
+  EXPECT_EQ(store_->List()->size(), 2u);  // positive control: no filter, both
+  // With the other filters' parameters bound around it.
+  auto both = store_->List({.states = {S::kCreating},
+                            .metadata = {{"owner", "alice"}},
+                            .tenant = "team-b"});
+  ASSERT_TRUE(both.has_value());
+  ASSERT_EQ(both->size(), 1u);
+  EXPECT_EQ((*both)[0].id, "sbx-b");
+}
+
+TEST_F(StoreTest, KeysCarryTheirTenantAndTheLastAdminKeyStays) {
+  auto admin = store_->CreateKey("root", /*admin=*/true);
+  ASSERT_TRUE(admin.has_value());
+  auto user = store_->CreateKey("ci", false, "team-a");
+  ASSERT_TRUE(user.has_value());
+  EXPECT_EQ(user->info.tenant, "team-a");
+  auto keys = store_->ListKeys();
+  ASSERT_TRUE(keys.has_value());
+  ASSERT_EQ(keys->size(), 2u);
+  EXPECT_EQ((*keys)[0].tenant, "admin");
+  EXPECT_EQ((*keys)[1].tenant, "team-a");
+
+  auto refused = store_->RevokeKey(admin->info.id);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().code(), ErrorCode::kFailedPrecondition);
+  EXPECT_TRUE(store_->Authenticate(admin->plaintext).has_value()) << "still valid";
+  // Positive controls: a non-admin key goes at once; with a second admin key the first goes.
+  ASSERT_TRUE(store_->RevokeKey(user->info.id).has_value());
+  EXPECT_FALSE(store_->Authenticate(user->plaintext).has_value());
+  EXPECT_TRUE(store_->RevokeKey(user->info.id).has_value()) << "revoking twice is fine";
+  auto second = store_->CreateKey("root2", /*admin=*/true, "ops");
+  ASSERT_TRUE(second.has_value());
+  ASSERT_TRUE(store_->RevokeKey(admin->info.id).has_value());
+  EXPECT_FALSE(store_->Authenticate(admin->plaintext).has_value());
+  EXPECT_EQ(store_->RevokeKey(second->info.id).error().code(), ErrorCode::kFailedPrecondition);
+}
+
+TEST_F(StoreTest, TemplatesKeepTheirTenant) {
+  TemplateRecord mine = MakeTemplate("mine");
+  mine.tenant = "team-a";
+  ASSERT_TRUE(store_->InsertTemplate(mine).has_value());
+  ASSERT_TRUE(store_->InsertTemplate(MakeTemplate("shared")).has_value());
+  EXPECT_EQ(store_->GetTemplate("mine")->tenant, "team-a");
+  EXPECT_EQ(store_->GetTemplate("shared")->tenant, "");
+  TemplateRecord bad = MakeTemplate("bad");
+  bad.tenant = "no spaces";
+  EXPECT_EQ(store_->InsertTemplate(bad).error().code(), ErrorCode::kInvalidArgument);
 }
 
 }  // namespace
