@@ -158,15 +158,6 @@ class NetworkTest : public DaemonTest {
   std::string Create(const json& network) {
     return CreateSandbox(json{{"network", network}}.dump());
   }
-  // Runs `cmd` in the sandbox; its stdout (and the exit code through `code`).
-  std::string Run(const std::string& id, const std::string& cmd, int* code = nullptr) {
-    Reply r = daemon_->Call(http::verb::post, "/v1/sandboxes/" + id + "/exec",
-                            json{{"cmd", cmd}, {"timeout_seconds", 30}}.dump());
-    EXPECT_EQ(r.status, 200) << r.body;
-    const json doc = r.Json();
-    if (code) *code = doc.value("exit_code", -1);
-    return doc.value("stdout", "");
-  }
 
   bool keeps_sandboxes_ = false;
 

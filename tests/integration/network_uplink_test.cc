@@ -125,14 +125,6 @@ class NetworkUplinkTest : public DaemonTest {
   std::string Create(const json& network) {
     return CreateSandbox(json{{"network", network}}.dump());
   }
-  std::string Run(const std::string& id, const std::string& cmd, int* code = nullptr) {
-    Reply r = daemon_->Call(http::verb::post, "/v1/sandboxes/" + id + "/exec",
-                            json{{"cmd", cmd}, {"timeout_seconds", 30}}.dump());
-    EXPECT_EQ(r.status, 200) << r.body;
-    const json doc = r.Json();
-    if (code) *code = doc.value("exit_code", -1);
-    return doc.value("stdout", "");
-  }
   // What the daemon added for its uplink, counted: the host's transit veth, the policy rule,
   // routes in its table, the nftables table and the veth's end in the uplink namespace.
   struct Plumbing {

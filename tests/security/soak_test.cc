@@ -709,7 +709,8 @@ TEST_F(SoakTest, SigkillDuringChurnLosesNothingAndOrphansNothing) {
                                std::to_string(resurrected) + " back"});
   Report::Global().Add(Verdict{klass, "TTLs honoured across restarts", ttl_missed == 0,
                                std::to_string(ttl_missed) + " of " + std::to_string(checked_ttl) +
-                                   " expired sandboxes still there after restart"});
+                                   " checks (each restart checks every expired sandbox) found "
+                                   "one still there"});
   Report::Global().Add(Verdict{klass, "no orphan after each restart", orphan_rounds == 0,
                                std::to_string(orphan_rounds) + " rounds with orphans"});
   Report::Global().Add(Figure{"SIGKILLs", static_cast<double>(restart_ms.size()), "count",

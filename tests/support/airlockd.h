@@ -202,6 +202,16 @@ class DaemonTest : public ::testing::Test {
     return r.Json()["id"].get<std::string>();
   }
 
+  // Runs `cmd` in sandbox `id` (30 s at most); its stdout, and its exit code through `code`.
+  std::string Run(const std::string& id, const std::string& cmd, int* code = nullptr) {
+    Reply r = daemon_->Call(http::verb::post, "/v1/sandboxes/" + id + "/exec",
+                            json{{"cmd", cmd}, {"timeout_seconds", 30}}.dump());
+    EXPECT_EQ(r.status, 200) << r.body;
+    const json doc = r.Json();
+    if (code) *code = doc.value("exit_code", -1);
+    return doc.value("stdout", "");
+  }
+
   // {id: state} of every listed sandbox.
   std::map<std::string, std::string> Listed() {
     Reply r = daemon_->Call(http::verb::get, "/v1/sandboxes");
