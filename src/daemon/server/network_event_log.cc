@@ -59,9 +59,7 @@ void NetworkEventLog::Add(const std::string& sandbox, const net::NetworkEvent& e
     }
     ++mine;
     queue_.emplace_back(sandbox, ToRecord(event));
-    const std::string& verdict = queue_.back().second.verdict;
-    ++(verdict == "closed" ? counts_.closed : verdict == "allowed" ? counts_.allowed
-                                                                    : counts_.denied);
+    ++(event.closed ? counts_.closed : event.allowed ? counts_.allowed : counts_.denied);
     wake = queue_.size() == options_.batch;
   }
   if (wake) cv_.notify_all();
