@@ -32,6 +32,12 @@ using asio::ip::address_v4;
 
 constexpr uint32_t kMaxSlots = 16384;
 constexpr auto kResolveTimeout = std::chrono::seconds(3);
+// How long a create or a policy change waits for the addresses of its denied names, in all; and
+// how often the maintainer looks for lookups that are due. A lookup is due again when its TTL
+// runs out, within these bounds (a name that did not resolve is asked again at the shortest).
+constexpr auto kDeniedBudget = std::chrono::milliseconds(2000);
+constexpr auto kDeniedRefresh = std::chrono::seconds(30);
+constexpr uint32_t kDeniedMinTtl = 30, kDeniedMaxTtl = 3600;
 // The priority of the policy rule that sends sandboxes' traffic to a namespace uplink: before the
 // main table (32766).
 constexpr int kUplinkRulePriority = 32000;
@@ -113,14 +119,47 @@ Status WriteNetSysctls(const std::string& netns_path,
   return status;
 }
 
+// True when an interface of the current network namespace (`uplink`, or any but loopback when
+// empty) has an IPv6 address of global scope.
+bool HasGlobalIpv6(const std::string& uplink) {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return false;
+  bool found = false;
+  for (ifaddrs* i = list; i != nullptr && !found; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET6) continue;
+    if (!uplink.empty() && uplink != i->ifa_name) continue;
+    asio::ip::address_v6::bytes_type bytes;
+    std::memcpy(bytes.data(), &reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr,
+                bytes.size());
+    const asio::ip::address_v6 ip(bytes);
+    found = !ip.is_loopback() && !ip.is_link_local() && !ip.is_unspecified() &&
+            !ip.is_multicast() && !ip.is_v4_mapped();
+  }
+  ::freeifaddrs(list);
+  return found;
+}
+
+std::string ReadSysctl(const std::string& path) {
+  std::string value;
+  std::ifstream(path) >> value;
+  return value;
+}
+
 }  // namespace
 
 struct Networks::Attached {
   std::string sandbox;
   uint32_t slot = 0;
   IpAddress address;
-  NetworkPolicy policy;  // guarded by Networks::mu_
+  std::optional<IpAddress> address6;
+  // Guarded by Networks::mu_: the policy as the API gave it, the addresses its denied names
+  // resolved to, and what the proxy and the stub judge by (Compose: both, and the host's ranges).
+  NetworkPolicy given;
+  std::vector<PacketRule> denied;
+  std::chrono::steady_clock::time_point denied_due;  // when its names are looked up again
+  NetworkPolicy policy;
   std::unique_ptr<dns::DnsStub> stub;
+  std::mutex apply_mu;  // one ApplyPolicy at a time, so the last state read is the one applied
 };
 
 Networks::Networks(NetworksConfig config) : config_(std::move(config)) {}
@@ -136,6 +175,23 @@ Result<std::unique_ptr<Networks>> Networks::Open(NetworksConfig config) {
   }
   auto uplink = ParseUplink(config.uplink);
   if (!uplink) return std::unexpected(uplink.error());
+  if (config.ipv6 != "auto" && config.ipv6 != "on" && config.ipv6 != "off") {
+    return Fail(ErrorCode::kInvalidArgument,
+                "network_ipv6 must be auto, on or off, got " + config.ipv6);
+  }
+  // IPv6 goes out through an interface uplink that has it; "on" insists.
+  bool ipv6 = config.ipv6 == "on" || (config.ipv6 == "auto" && !uplink->interface.empty() &&
+                                      HasGlobalIpv6(uplink->interface));
+  if (ipv6 && uplink->interface.empty()) {
+    return Fail(ErrorCode::kInvalidArgument,
+                "network_ipv6 = on needs an interface as network_uplink (a network namespace "
+                "uplink has no IPv6 yet)");
+  }
+  auto subnet6 = Cidr::Parse(config.subnet6);
+  if (ipv6 && (!subnet6 || !subnet6->network.is_v6() || subnet6->prefix > 112)) {
+    return Fail(ErrorCode::kInvalidArgument,
+                "network_subnet6 must be an IPv6 range of /112 or wider, got " + config.subnet6);
+  }
   if (config.dns_upstream.empty() && !uplink->netns_name.empty() &&
       ::access(("/etc/netns/" + uplink->netns_name + "/resolv.conf").c_str(), R_OK) == 0) {
     config.dns_upstream = HostNameservers("/etc/netns/" + uplink->netns_name + "/resolv.conf");
@@ -171,6 +227,9 @@ Result<std::unique_ptr<Networks>> Networks::Open(NetworksConfig config) {
   n->uplink_ns_ = std::move(uplink_ns);
   if (n->uplink_ns_) --n->slots_;  // the subnet's last /30 is the transit link's
   n->used_.assign(n->slots_, false);
+  n->shaped_.assign(n->slots_, 0);
+  n->ipv6_ = ipv6;
+  if (ipv6) n->base6_ = subnet6->network.to_v6().to_bytes();
 
   ProxyHooks hooks;
   Networks* self = n.get();
@@ -223,9 +282,8 @@ Result<std::unique_ptr<Networks>> Networks::Open(NetworksConfig config) {
   } else {
     fw.uplink = n->uplink_.interface;
   }
-  for (const Cidr& c : n->config_.host_denied) {
-    if (c.network.is_v4()) fw.deny.push_back(c.ToString());
-  }
+  fw.host_denied = n->config_.host_denied;
+  if (ipv6) fw.subnet6 = n->config_.subnet6;
   auto firewall = Firewall::Install(fw);
   if (!firewall) return std::unexpected(firewall.error());
   n->firewall_ = std::move(*firewall);
@@ -236,6 +294,9 @@ Result<std::unique_ptr<Networks>> Networks::Open(NetworksConfig config) {
       std::ofstream forward("/proc/sys/net/ipv4/ip_forward");
       forward << "1\n";
       if (!forward.flush()) return Fail(ErrorCode::kInternal, "enabling IPv4 forwarding failed");
+    }
+    if (ipv6) {
+      if (auto st = n->EnableIpv6Forwarding(); !st) return std::unexpected(st.error());
     }
   }
   // What a killed run linked to a namespace uplink goes first, whatever the uplink is now.
@@ -284,8 +345,41 @@ Networks::~Networks() {
   if (!ip_forward_before_.empty() && ip_forward_before_ != "1") {
     std::ofstream("/proc/sys/net/ipv4/ip_forward") << ip_forward_before_ << "\n";
   }
+  RestoreIpv6Forwarding();
   if (uplink_ns_) TearDownUplinkNetns();
   uplink_ns_.reset();
+}
+
+Status Networks::EnableIpv6Forwarding() {
+  ipv6_forwarding_before_ = ReadSysctl("/proc/sys/net/ipv6/conf/all/forwarding");
+  if (ipv6_forwarding_before_ == "1") return {};
+  // A forwarding host ignores router advertisements where accept_ra is 1; 2 takes them anyway,
+  // so that the host's own IPv6 (SLAAC, its default route) stays as it was.
+  if (DIR* dir = ::opendir("/proc/sys/net/ipv6/conf")) {
+    while (dirent* e = ::readdir(dir)) {
+      const std::string name = e->d_name;
+      if (name == "." || name == ".." || name == "all" || name == "lo") continue;
+      const std::string path = "/proc/sys/net/ipv6/conf/" + name + "/accept_ra";
+      if (ReadSysctl(path) != "1") continue;
+      std::ofstream(path) << "2\n";
+      accept_ra_raised_.push_back(name);
+    }
+    ::closedir(dir);
+  }
+  std::ofstream forward("/proc/sys/net/ipv6/conf/all/forwarding");
+  forward << "1\n";
+  if (!forward.flush()) return Fail(ErrorCode::kInternal, "enabling IPv6 forwarding failed");
+  return {};
+}
+
+void Networks::RestoreIpv6Forwarding() {
+  if (!ipv6_forwarding_before_.empty() && ipv6_forwarding_before_ != "1") {
+    std::ofstream("/proc/sys/net/ipv6/conf/all/forwarding") << ipv6_forwarding_before_ << "\n";
+  }
+  for (const std::string& name : accept_ra_raised_) {
+    std::ofstream("/proc/sys/net/ipv6/conf/" + name + "/accept_ra") << "1\n";
+  }
+  accept_ra_raised_.clear();
 }
 
 uint32_t Networks::RouteTable(const std::string& id) {
@@ -390,12 +484,35 @@ std::string Networks::VethName(uint32_t slot) const {
 }
 IpAddress Networks::Gateway(uint32_t slot) const { return address_v4(base_ + 4 * slot + 1); }
 IpAddress Networks::Address(uint32_t slot) const { return address_v4(base_ + 4 * slot + 2); }
+// subnet6 is /112 or wider and slots are fewer than 2^14: the offset fits its last 32 bits.
+IpAddress Networks::Gateway6(uint32_t slot) const {
+  auto bytes = base6_;
+  const uint32_t low = (uint32_t(bytes[12]) << 24 | uint32_t(bytes[13]) << 16 |
+                        uint32_t(bytes[14]) << 8 | bytes[15]) +
+                       4 * slot + 1;
+  for (int i = 0; i < 4; ++i) bytes[15 - i] = static_cast<uint8_t>(low >> (8 * i));
+  return asio::ip::address_v6(bytes);
+}
+IpAddress Networks::Address6(uint32_t slot) const {
+  auto bytes = Gateway6(slot).to_v6().to_bytes();
+  ++bytes[15];  // .1 -> .2 inside the /126: never carries
+  return asio::ip::address_v6(bytes);
+}
 
 uint16_t Networks::proxy_port() const { return proxy_->port(); }
 
 NetworkPolicy Networks::WithHostDenied(NetworkPolicy policy) const {
   for (const Cidr& c : config_.host_denied) policy.AddHostDenied(c);
-  if (auto subnet = Cidr::Parse(config_.subnet)) policy.AddHostDenied(*subnet);
+  for (const std::string& subnet : {config_.subnet, config_.subnet6}) {
+    if (auto range = Cidr::Parse(subnet)) policy.AddHostDenied(*range);
+  }
+  return policy;
+}
+
+NetworkPolicy Networks::Compose(const NetworkPolicy& given,
+                                const std::vector<PacketRule>& denied) const {
+  NetworkPolicy policy = WithHostDenied(given);
+  for (const PacketRule& r : denied) policy.AddDeniedAddress(r.range.network, r.port, r.rule);
   return policy;
 }
 
@@ -419,16 +536,154 @@ void Networks::Record(const IpAddress& client, NetworkEvent event) {
   config_.on_event(sandbox, event);
 }
 
-Status Networks::ApplyMode(const std::string& veth, NetworkMode mode) {
-  switch (mode) {
-    case NetworkMode::kOpen:
-      return firewall_->SetMode(veth, FirewallMode::kOpen);
-    case NetworkMode::kAllowlist:
-      return firewall_->SetMode(veth, FirewallMode::kAllowlist);
-    case NetworkMode::kNone:
-      break;
+Status Networks::CheckLimits(const NetworkPolicy& policy) const {
+  if (config_.bandwidth_mbps != 0 && policy.bandwidth_mbps() > config_.bandwidth_mbps) {
+    return Fail(ErrorCode::kInvalidArgument, "network.bandwidth_mbps may be at most " +
+                                                 std::to_string(config_.bandwidth_mbps) +
+                                                 " on this daemon (network_bandwidth_mbps), got " +
+                                                 std::to_string(policy.bandwidth_mbps()));
   }
-  return firewall_->Remove(veth);  // in no set: it can send nothing
+  if (policy.max_connections() > config_.max_connections) {
+    return Fail(ErrorCode::kInvalidArgument, "network.max_connections may be at most " +
+                                                 std::to_string(config_.max_connections) +
+                                                 " on this daemon (network_max_connections), got " +
+                                                 std::to_string(policy.max_connections()));
+  }
+  return {};
+}
+
+std::vector<PacketRule> Networks::ResolveDenied(const NetworkPolicy& policy,
+                                                std::chrono::milliseconds budget,
+                                                std::chrono::steady_clock::time_point* due) {
+  std::vector<PacketRule> out;
+  uint32_t ttl = kDeniedMaxTtl;
+  auto finish = [&] {
+    *due = std::chrono::steady_clock::now() +
+           std::chrono::seconds(std::clamp(ttl, kDeniedMinTtl, kDeniedMaxTtl));
+    return out;
+  };
+  if (policy.mode() == NetworkMode::kNone) return finish();
+  const auto deadline = std::chrono::steady_clock::now() + budget;
+  SocketFactory open_socket;
+  if (uplink_ns_) open_socket = uplink_ns_->Factory();
+  for (const Rule& rule : policy.deny()) {
+    if (rule.kind != Rule::Kind::kExact) continue;
+    for (uint16_t type : {dns::kTypeA, dns::kTypeAaaa}) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) {
+        ttl = 0;  // the rest are asked again soon
+        return finish();
+      }
+      auto answer =
+          dns::Resolve(rule.name, type, config_.dns_upstream,
+                       std::min<std::chrono::milliseconds>(left, kResolveTimeout), open_socket);
+      if (!answer) {
+        ttl = 0;
+        continue;
+      }
+      if (!answer->addresses.empty()) ttl = std::min(ttl, answer->ttl);
+      for (const IpAddress& ip : answer->addresses) {
+        PacketRule r{Cidr{ip, ip.is_v4() ? 32 : 128}, rule.port, rule.text};
+        if (std::find(out.begin(), out.end(), r) == out.end()) out.push_back(r);
+      }
+    }
+  }
+  return finish();
+}
+
+Status Networks::ApplyPolicy(Attached& attached) {
+  std::lock_guard apply(attached.apply_mu);
+  const std::string veth = VethName(attached.slot);
+  NetworkPolicy policy;
+  std::vector<PacketRule> denied;
+  {
+    std::lock_guard lock(mu_);
+    policy = attached.policy;
+    denied = attached.denied;
+  }
+  if (policy.mode() == NetworkMode::kNone) return firewall_->Remove(veth);  // it sends nothing
+  const uint32_t connections =
+      policy.max_connections() != 0 ? policy.max_connections() : config_.max_connections;
+  if (auto st = firewall_->Apply(veth, SandboxFilter::For(policy, denied, connections)); !st) {
+    return st;
+  }
+  const uint32_t mbps =
+      policy.bandwidth_mbps() != 0 ? policy.bandwidth_mbps() : config_.bandwidth_mbps;
+  uint32_t shaped = 0;
+  {
+    std::lock_guard lock(mu_);
+    shaped = shaped_[attached.slot];
+  }
+  if (mbps == shaped) return {};
+  if (auto st = Shape(attached.slot, mbps); !st) return st;
+  std::lock_guard lock(mu_);
+  shaped_[attached.slot] = mbps;
+  return {};
+}
+
+Status Networks::Shape(uint32_t slot, uint32_t mbps) {
+  // A token bucket on each end: the host's veth sends what the sandbox receives, the sandbox's
+  // eth0 what it sends. Its burst holds 10 ms at the rate (at least 64 KiB, and more than one
+  // timer tick's worth at HZ 1000).
+  const std::string veth = VethName(slot), ns = NetnsName(slot);
+  if (mbps == 0) {
+    (void)RunProgram({"tc", "qdisc", "del", "dev", veth, "root"});
+    (void)RunProgram({"tc", "-n", ns, "qdisc", "del", "dev", "eth0", "root"});
+    return {};
+  }
+  const uint64_t bytes_per_s = uint64_t{mbps} * 1'000'000 / 8;
+  const std::string rate = std::to_string(mbps) + "mbit";
+  const std::string burst = std::to_string(std::max<uint64_t>(64 * 1024, bytes_per_s / 100));
+  const std::vector<std::string> tbf = {"root",  "tbf", "rate",    rate,
+                                        "burst", burst, "latency", "50ms"};
+  std::vector<std::string> host = {"tc", "qdisc", "replace", "dev", veth};
+  std::vector<std::string> inside = {"tc", "-n", ns, "qdisc", "replace", "dev", "eth0"};
+  host.insert(host.end(), tbf.begin(), tbf.end());
+  inside.insert(inside.end(), tbf.begin(), tbf.end());
+  if (auto st = RunProgramOk(host); !st) return st;
+  return RunProgramOk(inside);
+}
+
+void Networks::RefreshDenied() {
+  std::vector<std::shared_ptr<Attached>> all;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, a] : by_sandbox_) all.push_back(a);
+  }
+  for (const auto& a : all) {
+    NetworkPolicy policy;
+    std::vector<PacketRule> before;
+    {
+      std::lock_guard lock(mu_);
+      if (a->denied_due > std::chrono::steady_clock::now()) continue;
+      policy = a->given;
+      before = a->denied;
+    }
+    if (!policy.DeniesNames()) continue;
+    std::chrono::steady_clock::time_point due;
+    std::vector<PacketRule> now = ResolveDenied(policy, kDeniedBudget, &due);
+    // Addresses only grow between policy changes: one that a name stopped resolving to may
+    // still be cached by whoever learnt it.
+    for (const PacketRule& r : before) {
+      if (std::find(now.begin(), now.end(), r) == now.end()) now.push_back(r);
+    }
+    {
+      std::lock_guard lock(mu_);
+      // Detached, or its policy changed meanwhile (Update looked its names up itself).
+      if (!by_sandbox_.contains(a->sandbox) || by_sandbox_[a->sandbox] != a ||
+          a->given.ToJson() != policy.ToJson()) {
+        continue;
+      }
+      a->denied_due = due;
+      if (now == before) continue;
+      a->denied = now;
+      a->policy = Compose(a->given, a->denied);
+    }
+    if (auto st = ApplyPolicy(*a); !st) {
+      std::fprintf(stderr, "airlock networks: %s\n", st.error().message().c_str());
+    }
+  }
 }
 
 Status Networks::MakeLink(uint32_t slot) {
@@ -441,28 +696,44 @@ Status Networks::MakeLink(uint32_t slot) {
   }
   // A fresh namespace, a veth with no IPv6 addresses at either end, the /30, loopback up, a
   // default route via the host.
-  const std::string host = "netns add " + ns + "\nlink add " + veth +
-                           " type veth peer name eth0 netns " + ns + "\nlink set dev " + veth +
-                           " addrgenmode none\naddr add " + gw + "/30 dev " + veth +
-                           "\nlink set " + veth + " up\n";
-  const std::string inside = "link set lo up\nlink set dev eth0 addrgenmode none\naddr add " +
-                             addr + "/30 dev eth0\nlink set eth0 up\nroute add default via " +
-                             gw + "\n";
+  // With IPv6, a /126 of subnet6 too: static addresses only (no link-local, no duplicate
+  // detection to wait for; neighbour discovery works with the global ones).
+  std::string host = "netns add " + ns + "\nlink add " + veth + " type veth peer name eth0 netns " +
+                     ns + "\nlink set dev " + veth + " addrgenmode none\naddr add " + gw +
+                     "/30 dev " + veth + "\n";
+  std::string inside =
+      "link set lo up\nlink set dev eth0 addrgenmode none\naddr add " + addr + "/30 dev eth0\n";
+  if (ipv6_) {
+    host += "addr add " + Gateway6(slot).to_string() + "/126 dev " + veth + " nodad\n";
+    inside += "addr add " + Address6(slot).to_string() + "/126 dev eth0 nodad\n";
+  }
+  host += "link set " + veth + " up\n";
+  inside += "link set eth0 up\nroute add default via " + gw + "\n";
+  if (ipv6_) inside += "route add default via " + Gateway6(slot).to_string() + "\n";
   auto made = RunProgramOk({"ip", "-b", "-"}, host);
   if (made) made = RunProgramOk({"ip", "-n", ns, "-b", "-"}, inside);
-  // No IPv6 on the link at either end, and no router advertisement is heard: whatever a sandbox
-  // sends, the host's routes and addresses stay as they are (the firewall drops its IPv6 too).
+  // No router advertisement is heard at either end: whatever a sandbox sends, the host's routes
+  // and addresses stay as they are. Without IPv6, the link has none at all (and the firewall
+  // drops a sandbox's IPv6 too).
+  const std::string off = ipv6_ ? "0" : "1";
   if (made) {
     made = WriteNetSysctls("", {{"ipv6/conf/" + veth + "/accept_ra", "0"},
-                                {"ipv6/conf/" + veth + "/disable_ipv6", "1"}});
+                                {"ipv6/conf/" + veth + "/disable_ipv6", off}});
   }
   if (made) {
     made = WriteNetSysctls("/run/netns/" + ns, {{"ipv6/conf/default/accept_ra", "0"},
                                                 {"ipv6/conf/all/accept_ra", "0"},
                                                 {"ipv6/conf/eth0/accept_ra", "0"},
-                                                {"ipv6/conf/eth0/disable_ipv6", "1"}});
+                                                {"ipv6/conf/eth0/disable_ipv6", off}});
   }
-  if (!made) (void)DeleteLink(slot);
+  // Links are made shaped to the default rate, so that a create at that rate runs no tc.
+  if (made && config_.bandwidth_mbps != 0) made = Shape(slot, config_.bandwidth_mbps);
+  if (!made) {
+    (void)DeleteLink(slot);
+    return made;
+  }
+  std::lock_guard lock(mu_);
+  shaped_[slot] = config_.bandwidth_mbps;
   return made;
 }
 
@@ -478,7 +749,15 @@ Status Networks::DeleteLink(uint32_t slot) {
 
 void Networks::Maintain() {
   std::unique_lock lock(mu_);
+  next_refresh_ = std::chrono::steady_clock::now() + kDeniedRefresh;
   while (!stopping_) {
+    if (std::chrono::steady_clock::now() >= next_refresh_) {
+      next_refresh_ = std::chrono::steady_clock::now() + kDeniedRefresh;
+      lock.unlock();
+      RefreshDenied();
+      lock.lock();
+      continue;
+    }
     // Links for the next creates first (a create waits for them), then the teardowns.
     if (ready_.size() < config_.warm_links) {
       uint32_t slot = 0;
@@ -509,9 +788,10 @@ void Networks::Maintain() {
       continue;
     }
     if (ready_.size() < config_.warm_links) {
-      cv_.wait_for(lock, std::chrono::seconds(1));
+      cv_.wait_until(lock, std::min(next_refresh_,
+                                    std::chrono::steady_clock::now() + std::chrono::seconds(1)));
     } else {
-      cv_.wait(lock);
+      cv_.wait_until(lock, next_refresh_);
     }
   }
 }
@@ -562,7 +842,8 @@ Result<Attachment> Networks::Adopt(const std::string& sandbox, uint32_t slot,
   }
   {
     std::lock_guard lock(mu_);
-    if (used_[slot]) return Fail(ErrorCode::kAlreadyExists, "slot " + std::to_string(slot) + " is taken");
+    if (used_[slot])
+      return Fail(ErrorCode::kAlreadyExists, "slot " + std::to_string(slot) + " is taken");
     used_[slot] = true;
   }
   auto joined = Join(sandbox, slot, policy, /*make_link=*/false);
@@ -582,17 +863,19 @@ Result<Attachment> Networks::Join(const std::string& sandbox, uint32_t slot,
     (void)DeleteLink(slot);
     return std::unexpected(std::move(e).Wrap("giving " + sandbox + " a network"));
   };
+  if (auto st = CheckLimits(given); !st) return undo(st.error());
   if (make_link) {
     if (auto st = MakeLink(slot); !st) return undo(st.error());
   }
-  NetworkPolicy policy = WithHostDenied(given);
-  if (auto st = ApplyMode(veth, policy.mode()); !st) return undo(st.error());
-
   auto attached = std::make_shared<Attached>();
   attached->sandbox = sandbox;
   attached->slot = slot;
   attached->address = Address(slot);
-  attached->policy = std::move(policy);
+  if (ipv6_) attached->address6 = Address6(slot);
+  attached->given = given;
+  attached->denied = ResolveDenied(given, kDeniedBudget, &attached->denied_due);
+  attached->policy = Compose(given, attached->denied);
+  if (auto st = ApplyPolicy(*attached); !st) return undo(st.error());
   dns::DnsStubOptions options;
   options.listen = asio::ip::udp::endpoint(Gateway(slot), 53);
   dns::DnsHooks hooks;
@@ -626,12 +909,14 @@ Result<Attachment> Networks::Join(const std::string& sandbox, uint32_t slot,
     std::lock_guard lock(mu_);
     by_sandbox_[sandbox] = attached;
     by_address_[attached->address] = attached;
+    if (attached->address6) by_address_[*attached->address6] = attached;
   }
   Attachment a;
   a.slot = slot;
   a.netns_path = "/run/netns/" + NetnsName(slot);
   a.gateway = gw;
   a.address = addr;
+  if (attached->address6) a.address6 = attached->address6->to_string();
   if (attached->policy.mode() == NetworkMode::kAllowlist) {
     const std::string proxy = "http://" + gw + ":" + std::to_string(proxy_->port());
     for (const char* key : {"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"}) {
@@ -644,9 +929,8 @@ Result<Attachment> Networks::Join(const std::string& sandbox, uint32_t slot,
 }
 
 Status Networks::Update(const std::string& sandbox, const NetworkPolicy& given) {
-  NetworkPolicy policy = WithHostDenied(given);
-  std::string veth;
-  IpAddress address;
+  if (auto st = CheckLimits(given); !st) return st;
+  std::shared_ptr<Attached> attached;
   {
     std::lock_guard lock(mu_);
     auto it = by_sandbox_.find(sandbox);
@@ -654,12 +938,20 @@ Status Networks::Update(const std::string& sandbox, const NetworkPolicy& given) 
       return Fail(ErrorCode::kFailedPrecondition,
                   sandbox + " was created without a network; its mode cannot change");
     }
-    it->second->policy = policy;
-    veth = VethName(it->second->slot);
-    address = it->second->address;
+    attached = it->second;
   }
-  if (auto st = ApplyMode(veth, policy.mode()); !st) return st;
-  proxy_->Recheck(address);
+  std::chrono::steady_clock::time_point due;
+  std::vector<PacketRule> denied = ResolveDenied(given, kDeniedBudget, &due);
+  {
+    std::lock_guard lock(mu_);
+    attached->given = given;
+    attached->denied = std::move(denied);
+    attached->denied_due = due;
+    attached->policy = Compose(given, attached->denied);
+  }
+  if (auto st = ApplyPolicy(*attached); !st) return st;
+  proxy_->Recheck(attached->address);
+  if (attached->address6) proxy_->Recheck(*attached->address6);
   return {};
 }
 
@@ -672,9 +964,12 @@ Status Networks::Detach(const std::string& sandbox) {
     attached = it->second;
     by_sandbox_.erase(it);
     by_address_.erase(attached->address);
+    if (attached->address6) by_address_.erase(*attached->address6);
+    shaped_[attached->slot] = 0;  // the link goes; a new one in this slot starts unshaped
   }
   if (attached->stub) attached->stub->Stop();
   proxy_->Recheck(attached->address);  // no policy now: every connection of it closes
+  if (attached->address6) proxy_->Recheck(*attached->address6);
   if (auto st = firewall_->Remove(VethName(attached->slot)); !st) {
     return std::unexpected(st.error().Wrap("removing the network of " + sandbox));
   }

@@ -11,9 +11,11 @@
 // network id (two daemons on one host need two ids and two subnets).
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/address_v6.hpp>
 #include <boost/asio/ip/udp.hpp>
-#include <cstdint>
+#include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
@@ -25,12 +27,12 @@
 
 #include "common/error.h"
 #include "common/unique_fd.h"
+#include "net/firewall.h"
 #include "net/policy.h"
 #include "net/uplink.h"
 
 namespace airlock::net {
 
-class Firewall;
 class EgressProxy;
 class NetnsThread;
 namespace dns {
@@ -53,8 +55,8 @@ struct NetworkEvent {
 };
 
 struct NetworksConfig {
-  std::string id = "a";                   // [a-z0-9]{1,4}
-  std::string subnet = "10.213.0.0/16";   // IPv4, /16../28: a /30 per sandbox
+  std::string id = "a";                  // [a-z0-9]{1,4}
+  std::string subnet = "10.213.0.0/16";  // IPv4, /16../28: a /30 per sandbox
   // Where "open" sandboxes go out ("": no open mode): an interface, or a network namespace
   // ("netns:NAME" or a path; uplink.h), through which the proxy and DNS then go out too.
   std::string uplink;
@@ -64,6 +66,16 @@ struct NetworksConfig {
   // Links (namespace, veth, addresses) made ahead of time, so that a create takes one instead
   // of starting `ip` twice. 0: every link is made at its create.
   size_t warm_links = 4;
+  // IPv6 for sandboxes: "auto" (when the uplink interface has an IPv6 address of global scope),
+  // "on" or "off"; their addresses come from subnet6, a /126 per slot. A namespace uplink has
+  // no IPv6 yet (auto: off).
+  std::string ipv6 = "auto";
+  std::string subnet6 = "fd0a:213::/64";
+  // Per-sandbox caps (docs/design/network.md, "Fair share"): bandwidth in Mbit/s in each
+  // direction (0: none) and connections open at once through the host (forwarded, and through
+  // the proxy). A create may ask for less, never for more.
+  uint32_t bandwidth_mbps = 1000;
+  uint32_t max_connections = 256;
   // The egress proxy's port; 0: any. Sandboxes have it in their HTTP_PROXY, so a restarted
   // daemon asks for the port it had (adopted sandboxes keep working).
   uint16_t proxy_port = 0;
@@ -74,9 +86,10 @@ struct NetworksConfig {
 
 struct Attachment {
   uint32_t slot = 0;
-  std::string netns_path;  // for the engine to join
-  std::string gateway;     // the host side: DNS stub and proxy
-  std::string address;     // the sandbox's
+  std::string netns_path;        // for the engine to join
+  std::string gateway;           // the host side: DNS stub and proxy
+  std::string address;           // the sandbox's
+  std::string address6;          // its IPv6 address, "" without IPv6
   std::vector<std::string> env;  // HTTP_PROXY and friends (allowlist mode), KEY=VALUE
 };
 
@@ -99,6 +112,9 @@ class Networks {
   // A live policy change: from now on every verdict uses `policy`; the proxy closes the
   // sandbox's connections it no longer allows, and the firewall moves it to its mode's set.
   [[nodiscard]] Status Update(const std::string& sandbox, const NetworkPolicy& policy);
+  // Checks `policy`'s caps against the config's (kInvalidArgument naming the setting); Attach and
+  // Update check too, this is for callers that must refuse before they change anything.
+  [[nodiscard]] Status CheckLimits(const NetworkPolicy& policy) const;
   // Takes the sandbox's network apart. Detaching one that has none succeeds.
   [[nodiscard]] Status Detach(const std::string& sandbox);
   // Deletes this daemon's namespaces that no attached sandbox holds (after recovery); how many.
@@ -109,6 +125,7 @@ class Networks {
 
   uint16_t proxy_port() const;
   const NetworksConfig& config() const { return config_; }
+  bool ipv6() const { return ipv6_; }
 
   // With a network namespace as the uplink, what links the host to it (docs/design/network.md,
   // "A network namespace as the uplink"): the host's end of the transit veth, the namespace's
@@ -124,27 +141,54 @@ class Networks {
   explicit Networks(NetworksConfig config);
   Result<Attachment> Join(const std::string& sandbox, uint32_t slot, const NetworkPolicy& policy,
                           bool make_link);
-  Status ApplyMode(const std::string& veth, NetworkMode mode);  // the firewall set it is in
+  // Gives the sandbox's veth the firewall's filter for its policy and denied addresses as they
+  // are now (its set and its own chain), and shapes its link to the policy's bandwidth. Mode
+  // none: in no set, no chain.
+  Status ApplyPolicy(Attached& attached);
+  // The addresses the exact names among `policy`'s deny rules resolve to now, each with its
+  // rule's port, within `budget` in all; `due`: when to look again (their shortest TTL, within
+  // bounds; soon for names not resolved in time).
+  std::vector<PacketRule> ResolveDenied(const NetworkPolicy& policy,
+                                        std::chrono::milliseconds budget,
+                                        std::chrono::steady_clock::time_point* due);
+  // Looks up the denied names of every attached sandbox whose lookup is due again, and
+  // reapplies the filters that changed (the maintainer, every kDeniedRefresh).
+  void RefreshDenied();
+  // tc on both ends of a slot's link: `mbps` each way, 0: no shaping.
+  Status Shape(uint32_t slot, uint32_t mbps);
   Status SetUpUplinkNetns();   // the transit veth, route, rule and the namespace's own table
   void RemoveTransit();        // what SetUpUplinkNetns made on the host (also a killed run's)
   void TearDownUplinkNetns();  // all of it, and the namespace's forwarding put back
   std::string UplinkForwardFile() const;  // the namespace's ip_forward before the first run
-  Status MakeLink(uint32_t slot);    // the namespace and the veth of a slot, configured
-  Status DeleteLink(uint32_t slot);  // both gone; one that is not there is not an error
+  Status MakeLink(uint32_t slot);         // the namespace and the veth of a slot, configured
+  Status DeleteLink(uint32_t slot);       // both gone; one that is not there is not an error
   bool TakeSlotLocked(uint32_t& slot);
   void Maintain();
   std::optional<NetworkPolicy> PolicyFor(const IpAddress& client) const;
   void Record(const IpAddress& client, NetworkEvent event);
   NetworkPolicy WithHostDenied(NetworkPolicy policy) const;
+  // What the proxy and the stub judge a sandbox by: its policy, the host's ranges, and the
+  // addresses its denied names resolved to.
+  NetworkPolicy Compose(const NetworkPolicy& given, const std::vector<PacketRule>& denied) const;
   std::string NetnsName(uint32_t slot) const;
   std::string VethName(uint32_t slot) const;
   IpAddress Gateway(uint32_t slot) const;
   IpAddress Address(uint32_t slot) const;
+  IpAddress Gateway6(uint32_t slot) const;
+  IpAddress Address6(uint32_t slot) const;
+  Status EnableIpv6Forwarding();  // the host's, with accept_ra kept working where it was on
+  void RestoreIpv6Forwarding();
 
   NetworksConfig config_;
-  UniqueFd lock_;       // flock on /run/airlock/network-<id>.lock, held while open
+  UniqueFd lock_;                  // flock on /run/airlock/network-<id>.lock, held while open
   std::string ip_forward_before_;  // net.ipv4.ip_forward as found, when an uplink needed it
-  uint32_t base_ = 0;   // the subnet's first address, host order
+  uint32_t base_ = 0;              // the subnet's first address, host order
+  bool ipv6_ = false;              // sandboxes have IPv6 addresses, forwarded in open mode
+  boost::asio::ip::address_v6::bytes_type base6_{};  // subnet6's first address
+  // The host's IPv6 settings as found, put back at stop: all.forwarding, and the accept_ra of
+  // interfaces raised from 1 to 2 so that they keep taking router advertisements.
+  std::string ipv6_forwarding_before_;
+  std::vector<std::string> accept_ra_raised_;
   uint32_t slots_ = 0;  // how many /30s sandboxes may have (a namespace uplink takes the last)
   Uplink uplink_;
   std::unique_ptr<NetnsThread> uplink_ns_;  // a thread inside a namespace uplink
@@ -155,8 +199,10 @@ class Networks {
   std::thread io_thread_;
 
   mutable std::mutex mu_;
-  std::vector<bool> used_;  // by slot
-  uint32_t next_slot_ = 0;  // where the search for a free slot starts
+  std::vector<bool> used_;        // by slot
+  std::vector<uint32_t> shaped_;  // by slot: the Mbit/s its link is shaped to (0: none)
+  std::chrono::steady_clock::time_point next_refresh_{};  // of the denied names' addresses
+  uint32_t next_slot_ = 0;                                // where the search for a free slot starts
   std::deque<uint32_t> ready_;   // slots with a link made ahead, not attached
   std::deque<uint32_t> doomed_;  // slots whose link the maintainer takes apart
   bool stopping_ = false;

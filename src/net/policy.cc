@@ -9,9 +9,9 @@
 namespace airlock::net {
 namespace {
 
-using nlohmann::json;
 using boost::asio::ip::address_v4;
 using boost::asio::ip::address_v6;
+using nlohmann::json;
 
 std::unexpected<Error> Invalid(std::string message) {
   return Fail(ErrorCode::kInvalidArgument, std::move(message));
@@ -43,9 +43,7 @@ std::string Quote(std::string_view text) {
 
 char Lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
-bool IsHexDigit(char c) {
-  return IsDigit(c) || (Lower(c) >= 'a' && Lower(c) <= 'f');
-}
+bool IsHexDigit(char c) { return IsDigit(c) || (Lower(c) >= 'a' && Lower(c) <= 'f'); }
 
 // The address as 16 bytes for bit tests: IPv4 in the first 4.
 std::array<uint8_t, 16> Bytes(const IpAddress& ip) {
@@ -102,7 +100,8 @@ std::optional<address_v4> ParseIpv4AnyForm(std::string_view text) {
   size_t start = 0;
   while (true) {
     size_t dot = text.find('.', start);
-    auto part = ParseIpv4Part(text.substr(start, dot == std::string_view::npos ? dot : dot - start));
+    auto part =
+        ParseIpv4Part(text.substr(start, dot == std::string_view::npos ? dot : dot - start));
     if (!part) return std::nullopt;
     parts.push_back(*part);
     if (dot == std::string_view::npos) break;
@@ -127,10 +126,9 @@ std::optional<address_v4> ParseIpv4AnyForm(std::string_view text) {
 std::vector<address_v4> EmbeddedIpv4(const address_v6& v6) {
   auto b = v6.to_bytes();
   auto v4_at = [&b](size_t i, uint8_t x) {
-    return address_v4(address_v4::bytes_type{static_cast<uint8_t>(b[i] ^ x),
-                                             static_cast<uint8_t>(b[i + 1] ^ x),
-                                             static_cast<uint8_t>(b[i + 2] ^ x),
-                                             static_cast<uint8_t>(b[i + 3] ^ x)});
+    return address_v4(address_v4::bytes_type{
+        static_cast<uint8_t>(b[i] ^ x), static_cast<uint8_t>(b[i + 1] ^ x),
+        static_cast<uint8_t>(b[i + 2] ^ x), static_cast<uint8_t>(b[i + 3] ^ x)});
   };
   static const std::array<uint8_t, 16> kNat64 = {0, 0x64, 0xff, 0x9b};
   static const std::array<uint8_t, 16> kZero = {};
@@ -160,6 +158,7 @@ constexpr ReservedRange kReserved[] = {
     {"169.254.0.0/16", "link-local (the host's links, cloud metadata)", false, false},
     {"172.16.0.0/12", "a private network (RFC 1918)", true, false},
     {"192.168.0.0/16", "a private network (RFC 1918)", true, false},
+    {"192.0.0.0/24", "IETF protocol assignments (RFC 6890)", false, false},
     {"224.0.0.0/4", "multicast", false, false},
     {"255.255.255.255/32", "broadcast", false, false},
     {"240.0.0.0/4", "reserved (class E)", false, false},
@@ -207,7 +206,9 @@ const std::vector<ParsedReserved>& Reserved() {
   return table;
 }
 
-const std::vector<IpAddress>& Metadata() {
+}  // namespace
+
+const std::vector<IpAddress>& MetadataAddresses() {
   static const std::vector<IpAddress> table = [] {
     std::vector<IpAddress> out;
     for (const char* text : kMetadata) {
@@ -219,6 +220,23 @@ const std::vector<IpAddress>& Metadata() {
   }();
   return table;
 }
+
+std::vector<Cidr> ReservedRanges(bool openable) {
+  std::vector<Cidr> out;
+  for (const auto& r : Reserved()) {
+    if (r.range->opens_with_rule == openable) out.push_back(r.cidr);
+  }
+  return out;
+}
+
+bool InsideOpenableRange(const Cidr& range) {
+  for (const auto& r : Reserved()) {
+    if (r.range->opens_with_rule && r.cidr.Covers(range)) return true;
+  }
+  return false;
+}
+
+namespace {
 
 // An IPv4-mapped IPv6 address is dialled as the IPv4 address: judge it as one.
 IpAddress Unmap(const IpAddress& ip) {
@@ -244,8 +262,7 @@ Result<uint16_t> ParsePort(std::string_view text) {
 
 Result<std::vector<Rule>> ParseRules(const json& value, std::string_view field) {
   if (!value.is_array()) {
-    return Invalid(std::string(field) + " must be an array of strings, got a " +
-                   value.type_name());
+    return Invalid(std::string(field) + " must be an array of strings, got a " + value.type_name());
   }
   if (value.size() > kMaxRulesPerList) {
     return Invalid(std::string(field) + " may hold at most " + std::to_string(kMaxRulesPerList) +
@@ -274,8 +291,9 @@ Result<Cidr> Cidr::Parse(std::string_view text) {
   boost::system::error_code ec;
   IpAddress ip = boost::asio::ip::make_address(addr_text, ec);
   if (ec || (ip.is_v6() && ip.to_v6().scope_id() != 0)) {
-    return Invalid(Quote(text) + " is not an IPv4 or IPv6 address range (like 203.0.113.0/24 "
-                                 "or 2001:db8::/32)");
+    return Invalid(Quote(text) +
+                   " is not an IPv4 or IPv6 address range (like 203.0.113.0/24 "
+                   "or 2001:db8::/32)");
   }
   const int max_bits = ip.is_v4() ? 32 : 128;
   int prefix = max_bits;
@@ -294,7 +312,8 @@ Result<Cidr> Cidr::Parse(std::string_view text) {
   if (masked != bytes) {
     Cidr suggestion{ip, prefix};
     if (ip.is_v4()) {
-      suggestion.network = address_v4(address_v4::bytes_type{masked[0], masked[1], masked[2], masked[3]});
+      suggestion.network =
+          address_v4(address_v4::bytes_type{masked[0], masked[1], masked[2], masked[3]});
     } else {
       suggestion.network = address_v6(masked);
     }
@@ -405,8 +424,9 @@ Result<Rule> Rule::Parse(std::string_view text) {
   }
   for (unsigned char c : text) {
     if (c >= 0x80) {
-      return Invalid(Quote(text) + " is not ASCII: write internationalised names in their IDNA "
-                                   "form (xn--...)");
+      return Invalid(Quote(text) +
+                     " is not ASCII: write internationalised names in their IDNA "
+                     "form (xn--...)");
     }
   }
   Rule rule;
@@ -445,8 +465,9 @@ Result<Rule> Rule::Parse(std::string_view text) {
     if (v6 && text.front() != '[' &&
         (port_text || (slash != std::string_view::npos &&
                        body.substr(slash).find(':') != std::string_view::npos))) {
-      return Invalid(Quote(text) + ": put an IPv6 range in brackets to give a port, like "
-                                   "[2001:db8::/32]:443");
+      return Invalid(Quote(text) +
+                     ": put an IPv6 range in brackets to give a port, like "
+                     "[2001:db8::/32]:443");
     }
     auto cidr = Cidr::Parse(body);
     if (!cidr) return std::unexpected(std::move(cidr.error()));
@@ -456,23 +477,26 @@ Result<Rule> Rule::Parse(std::string_view text) {
     rule.text = (rule.port != 0 && cidr->network.is_v6()) ? "[" + range + "]" : range;
   } else {
     if (LooksLikeIpv4(body)) {
-      return Invalid(Quote(text) + " looks like an IPv4 address in an unusual form; write "
-                                   "addresses as a dotted-quad CIDR like 203.0.113.7/32");
+      return Invalid(Quote(text) +
+                     " looks like an IPv4 address in an unusual form; write "
+                     "addresses as a dotted-quad CIDR like 203.0.113.7/32");
     }
     if (body.starts_with("*.")) {
       rule.kind = Kind::kWildcard;
       body.remove_prefix(2);
     } else if (body.find('*') != std::string_view::npos) {
-      return Invalid(Quote(text) + ": '*' is allowed only as the whole first label (*.example.com)");
+      return Invalid(Quote(text) +
+                     ": '*' is allowed only as the whole first label (*.example.com)");
     }
     auto name = NormaliseName(body);
     if (!name || name->find('*') != std::string::npos) {
-      return Invalid(Quote(text) + " is not a valid domain name: labels of 1-63 letters, digits, "
-                                   "'-' or '_' (no '-' at either end), at most 253 bytes in all");
+      return Invalid(Quote(text) +
+                     " is not a valid domain name: labels of 1-63 letters, digits, "
+                     "'-' or '_' (no '-' at either end), at most 253 bytes in all");
     }
     if (rule.kind == Kind::kWildcard && name->find('.') == std::string::npos) {
-      return Invalid(Quote(text) + ": a wildcard needs at least two labels after '*.' (*." +
-                     *name + " would match a whole top-level domain)");
+      return Invalid(Quote(text) + ": a wildcard needs at least two labels after '*.' (*." + *name +
+                     " would match a whole top-level domain)");
     }
     rule.name = *name;
     rule.text = (rule.kind == Kind::kWildcard ? "*." : "") + *name;
@@ -509,8 +533,10 @@ Result<NetworkPolicy> NetworkPolicy::FromJson(const json& value) {
     return Invalid(std::string("network must be an object, got a ") + value.type_name());
   }
   for (const auto& [key, item] : value.items()) {
-    if (key != "mode" && key != "allow" && key != "deny") {
-      return Invalid("unknown field " + Quote(key) + " in network; allowed: mode, allow, deny");
+    if (key != "mode" && key != "allow" && key != "deny" && key != "bandwidth_mbps" &&
+        key != "max_connections") {
+      return Invalid("unknown field " + Quote(key) +
+                     " in network; allowed: mode, allow, deny, bandwidth_mbps, max_connections");
     }
   }
   NetworkPolicy policy;
@@ -539,9 +565,28 @@ Result<NetworkPolicy> NetworkPolicy::FromJson(const json& value) {
     if (!rules) return std::unexpected(std::move(rules.error()));
     policy.deny_ = std::move(*rules);
   }
-  if (policy.mode_ == NetworkMode::kNone && (!policy.allow_.empty() || !policy.deny_.empty())) {
-    return Invalid("network.allow and network.deny must be empty when network.mode is \"none\" "
-                   "(no egress at all); use \"allowlist\"");
+  auto limit = [&](const char* key, uint32_t max, uint32_t& into) -> Status {
+    auto it = value.find(key);
+    if (it == value.end()) return {};
+    if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > max) {
+      return Invalid(std::string("network.") + key + " must be an integer from 1 to " +
+                     std::to_string(max) + ", got " + it->dump());
+    }
+    into = static_cast<uint32_t>(it->get<int64_t>());
+    return {};
+  };
+  if (auto st = limit("bandwidth_mbps", kMaxBandwidthMbps, policy.bandwidth_mbps_); !st) {
+    return std::unexpected(st.error());
+  }
+  if (auto st = limit("max_connections", kMaxConnectionsLimit, policy.max_connections_); !st) {
+    return std::unexpected(st.error());
+  }
+  if (policy.mode_ == NetworkMode::kNone &&
+      (!policy.allow_.empty() || !policy.deny_.empty() || policy.bandwidth_mbps_ != 0 ||
+       policy.max_connections_ != 0)) {
+    return Invalid(
+        "network.allow, network.deny and the limits must be absent or empty when "
+        "network.mode is \"none\" (no egress at all); use \"allowlist\"");
   }
   return policy;
 }
@@ -555,7 +600,14 @@ json NetworkPolicy::ToJson() const {
   for (const auto& r : deny_) deny.push_back(r.text);
   out["allow"] = std::move(allow);
   out["deny"] = std::move(deny);
+  if (bandwidth_mbps_ != 0) out["bandwidth_mbps"] = bandwidth_mbps_;
+  if (max_connections_ != 0) out["max_connections"] = max_connections_;
   return out;
+}
+
+bool NetworkPolicy::DeniesNames() const {
+  return std::any_of(deny_.begin(), deny_.end(),
+                     [](const Rule& r) { return r.kind != Rule::Kind::kCidr; });
 }
 
 Verdict NetworkPolicy::CheckName(std::string_view name, uint16_t port) const {
@@ -563,8 +615,9 @@ Verdict NetworkPolicy::CheckName(std::string_view name, uint16_t port) const {
     return Deny("mode:none", "this sandbox has no network access (network mode \"none\")");
   }
   if (ParseIpLiteral(name) || LooksLikeIpv4(name)) {
-    return Deny("ip-literal", Quote(name) + " is an IP address, not a name; addresses are "
-                                            "checked as addresses");
+    return Deny("ip-literal", Quote(name) +
+                                  " is an IP address, not a name; addresses are "
+                                  "checked as addresses");
   }
   auto normal = NormaliseName(name);
   if (!normal) return Deny("invalid-name", Quote(name) + " is not a valid domain name");
@@ -614,7 +667,7 @@ std::optional<Verdict> NetworkPolicy::DenyAddress(const IpAddress& raw, uint16_t
   // Each check over every form before the next check, so the reason names the worst finding
   // (a metadata endpoint inside a NAT64 address is reported as metadata).
   for (const auto& form : forms) {
-    for (const auto& meta : Metadata()) {
+    for (const auto& meta : MetadataAddresses()) {
       if (form == meta) {
         return Deny("metadata", target + " is a cloud metadata endpoint (" + meta.to_string() +
                                     "), which no sandbox may reach");
@@ -664,6 +717,12 @@ Verdict NetworkPolicy::CheckAddress(const IpAddress& raw, uint16_t port) const {
   if (auto denied = DenyAddress(raw, port)) return std::move(*denied);
   const IpAddress ip = Unmap(raw);
   const std::string target = HostPort(raw, port);
+  for (const auto& d : denied_addresses_) {
+    if (d.ip == ip && (d.port == 0 || d.port == port)) {
+      return Deny(d.rule, target + " is an address of \"" + d.rule +
+                              "\", which this sandbox's rule denies");
+    }
+  }
   for (const auto& rule : allow_) {
     if (rule.MatchesAddress(ip, port)) {
       return Verdict{true, rule.text, target + " is allowed by rule \"" + rule.text + "\""};

@@ -26,6 +26,9 @@ using IpAddress = boost::asio::ip::address;
 inline constexpr size_t kMaxRulesPerList = 256;
 inline constexpr size_t kMaxNameBytes = 253;
 inline constexpr size_t kMaxLabelBytes = 63;
+// Bounds of the per-sandbox limits in the `network` object.
+inline constexpr uint32_t kMaxBandwidthMbps = 100'000;
+inline constexpr uint32_t kMaxConnectionsLimit = 65'536;
 
 // An address range; the address has no bits set past the prefix.
 struct Cidr {
@@ -80,10 +83,24 @@ class NetworkPolicy {
   NetworkMode mode() const { return mode_; }
   const std::vector<Rule>& allow() const { return allow_; }
   const std::vector<Rule>& deny() const { return deny_; }
+  // The sandbox's own caps (`bandwidth_mbps`: each direction; `max_connections`: at once), 0 when
+  // the request left them to the daemon's defaults (docs/design/network.md, "Fair share").
+  uint32_t bandwidth_mbps() const { return bandwidth_mbps_; }
+  uint32_t max_connections() const { return max_connections_; }
+  // Whether a deny rule names hosts (exact or wildcard): in open mode such a policy has its web
+  // traffic judged by the proxy and its DNS answered by the stub, so the name holds.
+  bool DeniesNames() const;
 
   // Host-side additions, never from the API: ranges no sandbox may reach whatever its rules say
   // (the host's own addresses, other sandboxes' subnets, the daemon's networks).
   void AddHostDenied(const Cidr& range) { host_denied_.push_back(range); }
+  // The addresses a denied name of this policy resolved to (`rule`: that name's rule, `port` its
+  // port or 0), set by the daemon: a client that dials one as an address (CheckAddress) is
+  // refused as the name would be. A name the policy allows that resolves to one is not
+  // (CheckResolved): addresses are shared, names are what the rules speak of.
+  void AddDeniedAddress(const IpAddress& ip, uint16_t port, const std::string& rule) {
+    denied_addresses_.push_back({ip, port, rule});
+  }
   // Tests only: 127.0.0.0/8 and ::1 count as public addresses, so loopback servers can stand in
   // for the internet. Never set in production (FromJson leaves it off).
   void TreatLoopbackAsPublicForTests() { loopback_is_public_ = true; }
@@ -113,9 +130,26 @@ class NetworkPolicy {
   NetworkMode mode_ = NetworkMode::kNone;
   std::vector<Rule> allow_;
   std::vector<Rule> deny_;
+  uint32_t bandwidth_mbps_ = 0;
+  uint32_t max_connections_ = 0;
   std::vector<Cidr> host_denied_;
+  struct DeniedAddress {
+    IpAddress ip;
+    uint16_t port;
+    std::string rule;
+  };
+  std::vector<DeniedAddress> denied_addresses_;
   bool loopback_is_public_ = false;
 };
+
+// The always-deny ranges of CheckAddress's step 4, which the firewall enforces on forwarded packets
+// too: the `openable` ones (private and tunnel ranges) open to an allow CIDR rule inside them,
+// the others to nothing.
+std::vector<Cidr> ReservedRanges(bool openable);
+// The cloud metadata endpoints: never reachable, whatever the rules.
+const std::vector<IpAddress>& MetadataAddresses();
+// True when `range` lies inside an openable reserved range: an allow rule for it opens it.
+bool InsideOpenableRange(const Cidr& range);
 
 // Lowercases and drops one trailing dot; nullopt for something that is not a valid DNS name of
 // ASCII labels ([a-z0-9_-], 1-63 bytes, no leading or trailing '-'; at most 253 bytes).

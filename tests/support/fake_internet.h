@@ -16,7 +16,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <future>
@@ -32,11 +34,13 @@
 
 namespace airlock::testing {
 
-// Web sites inside the fake internet: listeners on ports 80, 8080 and 443 of each address, in
-// the fake namespace, counting connections. On 80 and 8080 they speak HTTP and answer
-// "site <address> host <Host>", or N zero bytes for GET /bytes/N. On 443 they speak no TLS:
-// they read the first bytes (a ClientHello) and answer "site <address> tls <first byte>" in
-// text, which is enough to show whether the proxy let a ClientHello through, and to where.
+// Web sites inside the fake internet: listeners on ports 80, 8080 and 443 of each address (IPv4
+// or IPv6), in the fake namespace, counting connections, each answered on a thread of its own.
+// On 80 and 8080 they speak HTTP and answer "site <address> host <Host>", or N zero bytes for
+// GET /bytes/N. On 443 they speak no TLS: they read the first bytes (a ClientHello) and answer
+// "site <address> tls <first byte>" in text, which is enough to show whether the proxy let a
+// ClientHello through, and to where. UDP port 8080 answers each datagram with "udp <address>"
+// and counts them (udp_hits).
 class FakeSites {
  public:
   FakeSites(const std::string& netns_path, const std::vector<std::string>& addresses) {
@@ -51,20 +55,35 @@ class FakeSites {
       }
       ::close(ns);
       for (const std::string& a : addresses) {
-        for (uint16_t port : {80, 8080, 443}) {
-          int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        const bool v6 = a.find(':') != std::string::npos;
+        for (int i = 0; i < 4; ++i) {
+          const bool udp = i == 3;
+          const uint16_t port = udp ? kUdpPort : std::array<uint16_t, 3>{80, 8080, 443}[i];
+          int s =
+              ::socket(v6 ? AF_INET6 : AF_INET, (udp ? SOCK_DGRAM : SOCK_STREAM) | SOCK_CLOEXEC, 0);
           int one = 1;
           ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-          sockaddr_in addr{};
-          addr.sin_family = AF_INET;
-          addr.sin_port = htons(port);
-          ::inet_pton(AF_INET, a.c_str(), &addr.sin_addr);
-          if (::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-              ::listen(s, 64) != 0) {
+          sockaddr_storage addr{};
+          socklen_t size = 0;
+          if (v6) {
+            auto* in6 = reinterpret_cast<sockaddr_in6*>(&addr);
+            in6->sin6_family = AF_INET6;
+            in6->sin6_port = htons(port);
+            ::inet_pton(AF_INET6, a.c_str(), &in6->sin6_addr);
+            size = sizeof *in6;
+          } else {
+            auto* in = reinterpret_cast<sockaddr_in*>(&addr);
+            in->sin_family = AF_INET;
+            in->sin_port = htons(port);
+            ::inet_pton(AF_INET, a.c_str(), &in->sin_addr);
+            size = sizeof *in;
+          }
+          if (::bind(s, reinterpret_cast<sockaddr*>(&addr), size) != 0 ||
+              (!udp && ::listen(s, 64) != 0)) {
             ready.set_value(false);
             return;
           }
-          listeners_.push_back({s, port, port == 80 ? a : a + ":" + std::to_string(port)});
+          listeners_.push_back({s, port, Key(a, port), udp, a});
         }
       }
       ready.set_value(true);
@@ -75,10 +94,28 @@ class FakeSites {
   ~FakeSites() {
     stop_ = true;
     thread_.join();
+    // The connections' threads see stop_ within a poll interval or a send timeout.
+    std::unique_lock lock(mu_);
+    done_.wait(lock, [this] { return active_ == 0; });
+    lock.unlock();
     for (const Listener& l : listeners_) ::close(l.fd);
   }
   bool ok() const { return ok_; }
-  // Connections to port 80 of `address` ("ADDRESS:8080", "ADDRESS:443" for the other ports).
+  static constexpr uint16_t kUdpPort = 8080;
+  // How hits() and the others name a port of an address: "ADDRESS" for port 80, "ADDRESS:PORT"
+  // for the others ("[ADDRESS]:PORT" for IPv6).
+  static std::string Key(const std::string& address, uint16_t port) {
+    if (port == 80) return address;
+    const bool v6 = address.find(':') != std::string::npos;
+    return (v6 ? "[" + address + "]" : address) + ":" + std::to_string(port);
+  }
+  // Datagrams to the UDP port of `address`.
+  int udp_hits(const std::string& address) {
+    std::lock_guard lock(mu_);
+    return udp_hits_[address];
+  }
+  // Connections to port 80 of `address` ("ADDRESS:8080", "ADDRESS:443" for the other ports;
+  // Key).
   int hits(const std::string& address) {
     std::lock_guard lock(mu_);
     return hits_[address];
@@ -99,6 +136,8 @@ class FakeSites {
     int fd;
     uint16_t port;
     std::string name;  // as hits() takes it
+    bool udp;
+    std::string address;
   };
 
   // Writes all of `data`; false when the client went away.
@@ -123,7 +162,9 @@ class FakeSites {
     std::string request;
     char buf[4096];
     pollfd p{c, POLLIN, 0};
-    const std::string address = l.name.substr(0, l.name.find(':'));
+    const std::string& address = l.address;
+    timeval send_timeout{5, 0};  // a client that stops reading does not hold the thread for ever
+    ::setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof send_timeout);
     if (l.port == 443) {
       ssize_t n = ::poll(&p, 1, 2000) > 0 ? ::read(c, buf, sizeof buf) : 0;
       if (n > 0) Received(l);
@@ -159,11 +200,26 @@ class FakeSites {
     }
     if (!WriteAll(c, head.data(), head.size())) return;
     static const std::string kZeros(256 * 1024, '\0');
-    for (size_t left = body_bytes; left > 0;) {
+    for (size_t left = body_bytes; left > 0 && !stop_;) {
       const size_t n = std::min(left, kZeros.size());
       if (!WriteAll(c, kZeros.data(), n)) return;
       left -= n;
     }
+  }
+
+  // Counts a connection or a datagram, and who sent it.
+  void Count(const Listener& l, const sockaddr_storage& peer) {
+    char text[INET6_ADDRSTRLEN] = "";
+    if (peer.ss_family == AF_INET6) {
+      ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&peer)->sin6_addr, text,
+                  sizeof text);
+    } else {
+      ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&peer)->sin_addr, text,
+                  sizeof text);
+    }
+    std::lock_guard lock(mu_);
+    ++(l.udp ? udp_hits_[l.address] : hits_[l.name]);
+    last_client_[l.udp ? "udp " + l.address : l.name] = text;
   }
 
   void Serve() {
@@ -173,20 +229,34 @@ class FakeSites {
       if (::poll(fds.data(), fds.size(), 100) <= 0) continue;
       for (size_t i = 0; i < fds.size(); ++i) {
         if (!(fds[i].revents & POLLIN)) continue;
-        sockaddr_in peer{};
+        const Listener& l = listeners_[i];
+        sockaddr_storage peer{};
         socklen_t peer_size = sizeof peer;
-        int c = ::accept4(listeners_[i].fd, reinterpret_cast<sockaddr*>(&peer), &peer_size,
-                          SOCK_CLOEXEC);
-        if (c < 0) continue;
-        {
-          char text[INET_ADDRSTRLEN] = "";
-          ::inet_ntop(AF_INET, &peer.sin_addr, text, sizeof text);
-          std::lock_guard lock(mu_);
-          ++hits_[listeners_[i].name];
-          last_client_[listeners_[i].name] = text;
+        if (l.udp) {
+          char buf[2048];
+          if (::recvfrom(l.fd, buf, sizeof buf, 0, reinterpret_cast<sockaddr*>(&peer), &peer_size) <
+              0) {
+            continue;
+          }
+          Count(l, peer);
+          const std::string reply = "udp " + l.address + "\n";
+          ::sendto(l.fd, reply.data(), reply.size(), 0, reinterpret_cast<sockaddr*>(&peer),
+                   peer_size);
+          continue;
         }
-        Answer(c, listeners_[i]);
-        ::close(c);
+        int c = ::accept4(l.fd, reinterpret_cast<sockaddr*>(&peer), &peer_size, SOCK_CLOEXEC);
+        if (c < 0) continue;
+        Count(l, peer);
+        {
+          std::lock_guard lock(mu_);
+          ++active_;
+        }
+        std::thread([this, c, &l] {
+          Answer(c, l);
+          ::close(c);
+          std::lock_guard lock(mu_);
+          if (--active_ == 0) done_.notify_all();
+        }).detach();
       }
     }
   }
@@ -196,25 +266,35 @@ class FakeSites {
   std::atomic<bool> stop_{false};
   bool ok_ = false;
   std::mutex mu_;
+  int active_ = 0;  // connections being answered
+  std::condition_variable done_;
   std::map<std::string, int> hits_;
+  std::map<std::string, int> udp_hits_;
   std::map<std::string, int> received_;
   std::map<std::string, std::string> last_client_;
 };
 
-// The topology: namespace airlock-fake-N with eth0 (198.18.N.2 and .3, default route via .1),
-// its peer alupN (198.18.N.1) on the host, the sites above and the DNS authority on the host
-// side. N (20-219) keeps two processes' fake internets apart; tests take it from their pid.
+// The topology: namespace airlock-fake-N with eth0 (198.18.N.2, .3 and .200, default route via
+// .1), its peer alupN (198.18.N.1) on the host, the sites above and the DNS authority on the host
+// side. With IPv6 also 2001:db8:N::2 and ::3 (a route via ::1, alupN's), so that the uplink has a
+// global IPv6 address. N (20-219) keeps two processes' fake internets apart; tests take it from
+// their pid.
 // Start() once; the destructor removes it all (the veth first: a namespace's teardown in the
 // kernel comes later, with its names).
 class FakeInternet {
  public:
-  explicit FakeInternet(int n)
+  explicit FakeInternet(int n, bool with_ipv6 = false)
       : net(std::to_string(n)),
         ns("airlock-fake-" + net),
         uplink("alup" + net),
         host_ip("198.18." + net + ".1"),
         site("198.18." + net + ".2"),
-        other_site("198.18." + net + ".3") {}
+        other_site("198.18." + net + ".3"),
+        far_site("198.18." + net + ".200"),
+        ipv6(with_ipv6),
+        host_ip6("2001:db8:" + net + "::1"),
+        site6("2001:db8:" + net + "::2"),
+        other_site6("2001:db8:" + net + "::3") {}
   FakeInternet(const FakeInternet&) = delete;
   ~FakeInternet() {
     sites_.reset();
@@ -239,10 +319,21 @@ class FakeInternet {
            ns + " && ip addr add " + host_ip + "/24 dev " + uplink + " && ip link set " + uplink +
            " up && ip -n " + ns + " link set lo up && ip -n " + ns + " addr add " + site +
            "/24 dev eth0 && ip -n " + ns + " addr add " + other_site + "/24 dev eth0 && ip -n " +
-           ns + " link set eth0 up && ip -n " + ns + " route add default via " + host_ip) != 0) {
+           ns + " addr add " + far_site + "/24 dev eth0 && ip -n " + ns +
+           " link set eth0 up && ip -n " + ns + " route add default via " + host_ip) != 0) {
       return "making namespace " + ns + " and veth " + uplink + " failed";
     }
-    sites_.emplace("/run/netns/" + ns, std::vector<std::string>{site, other_site});
+    std::vector<std::string> addresses = {site, other_site, far_site};
+    if (ipv6) {
+      if (Sh("ip addr add " + host_ip6 + "/64 dev " + uplink + " nodad && ip -n " + ns +
+             " addr add " + site6 + "/64 dev eth0 nodad && ip -n " + ns + " addr add " +
+             other_site6 + "/64 dev eth0 nodad && ip -n " + ns + " -6 route add default via " +
+             host_ip6) != 0) {
+        return "giving the fake internet IPv6 failed";
+      }
+      addresses.insert(addresses.end(), {site6, other_site6});
+    }
+    sites_.emplace("/run/netns/" + ns, addresses);
     if (!sites_->ok()) return "the fake sites did not start";
     in_addr host{};
     ::inet_pton(AF_INET, host_ip.c_str(), &host);
@@ -265,6 +356,11 @@ class FakeInternet {
   const std::string host_ip;     // that end's address; the DNS authority listens there
   const std::string site;        // a web site (198.18.N.2)
   const std::string other_site;  // another (198.18.N.3)
+  const std::string far_site;    // one in another /25 (198.18.N.200)
+  const bool ipv6;               // the sites below exist, and the uplink has IPv6
+  const std::string host_ip6;    // alupN's IPv6 address (2001:db8:N::1)
+  const std::string site6;       // the sites' IPv6 addresses (2001:db8:N::2, ::3)
+  const std::string other_site6;
 
  private:
   static int Sh(const std::string& cmd) { return std::system(cmd.c_str()); }

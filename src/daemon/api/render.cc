@@ -40,6 +40,7 @@ json SandboxJson(const SandboxView& s) {
   json network = json::parse(s.network, nullptr, /*allow_exceptions=*/false);
   if (!network.is_object()) network = {{"mode", "none"}, {"allow", json::array()}, {"deny", json::array()}};
   if (!s.address.empty()) network["address"] = s.address;
+  if (!s.address6.empty()) network["address6"] = s.address6;
   doc["network"] = std::move(network);
   if (!s.error.empty()) doc["error"] = s.error;
   doc["tenant"] = s.tenant;

@@ -30,11 +30,13 @@ struct SandboxView {
   std::string error;       // why a failed sandbox failed (shown only when not empty)
   std::string network;     // its policy's JSON ("" for mode none)
   std::string address;     // its IPv4 address, when it has a network
+  std::string address6;    // its IPv6 address, when its network has IPv6
   std::string tenant;      // the tenant that owns it
 };
 
 // {"id", "state", "template", "engine", "created_at", "expires_at", "limits": {...},
-//  "metadata": {...}, "network": {"mode", "allow", "deny", "address"?}, "error"?}
+//  "metadata": {...}, "network": {"mode", "allow", "deny", "bandwidth_mbps"?,
+//  "max_connections"?, "address"?, "address6"?}, "error"?}
 std::string RenderSandbox(const SandboxView& sandbox);
 // {"sandboxes": [ ... ]}
 std::string RenderSandboxList(std::span<const SandboxView> sandboxes);

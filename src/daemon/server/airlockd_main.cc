@@ -5,7 +5,8 @@
 //            [--on-shutdown keep|destroy] [--workers N] [--agent PATH] [--launcher PATH]
 //            [--log-level LEVEL] [--image-dir DIR] [--debian-mirror URL]
 //            [--network-id ID] [--network-subnet CIDR] [--network-uplink IF|netns:NAME|PATH]
-//            [--network-dns LIST] [--network-warm-links N]
+//            [--network-dns LIST] [--network-warm-links N] [--network-ipv6 auto|on|off]
+//            [--network-subnet6 CIDR] [--network-bandwidth-mbps N] [--network-max-connections N]
 //
 // The first line on stdout is "listening on HOST:PORT" (with the real port when PORT is 0).
 // At start it reconciles its records with what the engine has (adopting live sandboxes).
@@ -21,10 +22,10 @@
 #include <charconv>
 #include <csignal>
 #include <cstdio>
-#include <fstream>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <system_error>
@@ -53,6 +54,8 @@ constexpr const char* kUsage =
     "                [--pool.TEMPLATE N] [--image-dir DIR] [--debian-mirror URL]\n"
     "                [--network-id ID] [--network-subnet CIDR]\n"
     "                [--network-uplink IF|netns:NAME|PATH] [--network-dns IP[:PORT],...]\n"
+    "                [--network-ipv6 auto|on|off] [--network-subnet6 CIDR]\n"
+    "                [--network-bandwidth-mbps N] [--network-max-connections N]\n"
     "                [--network-warm-links N]\n"
     "                [--network-events-keep N] [--network-events-flush-ms MS]\n"
     "                [--destroyed-keep 0|Ns|Nm|Nh|Nd]\n"
@@ -78,7 +81,8 @@ airlock::Result<std::vector<boost::asio::ip::udp::endpoint>> ParseDnsServers(
     std::string host = one, port = "53";
     if (one.front() == '[') {
       size_t close = one.find(']');
-      if (close == std::string::npos) return airlock::Fail(airlock::ErrorCode::kInvalidArgument, "bad server " + one);
+      if (close == std::string::npos)
+        return airlock::Fail(airlock::ErrorCode::kInvalidArgument, "bad server " + one);
       host = one.substr(1, close - 1);
       if (close + 1 < one.size() && one[close + 1] == ':') port = one.substr(close + 2);
     } else if (size_t colon = one.find(':'); colon != std::string::npos) {
@@ -246,6 +250,10 @@ int main(int argc, char** argv) {
     }
     nc.uplink = flags.network_uplink;
     nc.warm_links = static_cast<size_t>(flags.network_warm_links);
+    nc.ipv6 = flags.network_ipv6;
+    nc.subnet6 = flags.network_subnet6;
+    nc.bandwidth_mbps = static_cast<uint32_t>(flags.network_bandwidth_mbps);
+    nc.max_connections = static_cast<uint32_t>(flags.network_max_connections);
     auto upstream = ParseDnsServers(flags.network_dns);
     if (!upstream) Die("network_dns: " + upstream.error().message(), 2);
     nc.dns_upstream = std::move(*upstream);
@@ -263,10 +271,11 @@ int main(int argc, char** argv) {
       std::error_code renamed;
       fs::rename(port_file + ".tmp", port_file, renamed);
       if (renamed) spdlog::warn("recording the proxy's port: {}", renamed.message());
-      spdlog::info("sandbox networking: subnet {}, egress proxy on port {}{}",
-                   flags.network_subnet, networks->proxy_port(),
-                   flags.network_uplink.empty() ? ", no uplink (no open mode)"
-                                                : ", uplink " + flags.network_uplink);
+      spdlog::info(
+          "sandbox networking: subnet {}{}, egress proxy on port {}{}", flags.network_subnet,
+          networks->ipv6() ? " and " + flags.network_subnet6 : " (no IPv6)", networks->proxy_port(),
+          flags.network_uplink.empty() ? ", no uplink (no open mode)"
+                                       : ", uplink " + flags.network_uplink);
     } else {
       spdlog::warn("sandbox networking is off: {}", opened.error().message());
     }
@@ -275,7 +284,8 @@ int main(int argc, char** argv) {
   controller.SetNetworks(networks.get());
   controller.SetNetworkEventLog(&network_events);
   controller.SetImageSources(
-      {flags.image_dir.empty() ? flags.state_dir + "/images" : flags.image_dir, flags.debian_mirror});
+      {flags.image_dir.empty() ? flags.state_dir + "/images" : flags.image_dir,
+       flags.debian_mirror});
   daemon::Metrics metrics;
   auto recovered = controller.Recover();
   if (!recovered) Die(recovered.error().message());

@@ -140,6 +140,21 @@ Status Config::Set(std::string_view raw_key, std::string_view value) {
     network_uplink = value;
   } else if (key == "network_dns") {
     network_dns = value;
+  } else if (key == "network_ipv6") {
+    if (value != "auto" && value != "on" && value != "off") {
+      return Fail(ErrorCode::kInvalidArgument, "network_ipv6 must be auto, on or off");
+    }
+    network_ipv6 = value;
+  } else if (key == "network_subnet6") {
+    network_subnet6 = value;
+  } else if (key == "network_bandwidth_mbps") {
+    auto n = ParseIntIn(key, value, 0, 100'000);
+    if (!n) return std::unexpected(n.error());
+    network_bandwidth_mbps = *n;
+  } else if (key == "network_max_connections") {
+    auto n = ParseIntIn(key, value, 1, 65'536);
+    if (!n) return std::unexpected(n.error());
+    network_max_connections = *n;
   } else if (key == "network_warm_links") {
     auto n = ParseIntIn(key, value, 0, 256);
     if (!n) return std::unexpected(n.error());

@@ -15,6 +15,9 @@
 //   network_subnet = "10.213.0.0/16"   # sandbox addresses, a /30 each
 //   network_uplink = "eth0"            # what "open" sandboxes go out through, or a network
 //                                      # namespace: "netns:NAME", "/proc/PID/ns/net"
+//   network_ipv6 = "auto"              # IPv6 for sandboxes when the uplink has it; on, off
+//   network_bandwidth_mbps = 1000      # per sandbox, each way; 0: no cap
+//   network_max_connections = 256      # per sandbox, open at once
 //   destroyed_keep = "7d"              # records of destroyed sandboxes; "0": for ever
 //
 // Strings are double-quoted (\" and \\ escapes), booleans true / false, numbers decimal.
@@ -57,6 +60,14 @@ struct Config {
   std::string network_subnet = "10.213.0.0/16";
   std::string network_uplink;
   std::string network_dns;
+  // IPv6 for sandboxes: "auto" (when the uplink interface has a global IPv6 address), "on" or
+  // "off", and the range their IPv6 addresses come from (a /126 each).
+  std::string network_ipv6 = "auto";
+  std::string network_subnet6 = "fd0a:213::/64";
+  // Per-sandbox caps, the default and the most a create may ask: bandwidth each way in Mbit/s
+  // (0: none) and connections open at once (docs/design/network.md, "Fair share").
+  int network_bandwidth_mbps = 1000;
+  int network_max_connections = 256;
   int network_warm_links = 4;  // links made ahead, so a networked create starts no process
   int network_events_keep = 10000;  // stored network verdicts per sandbox, the newest
   int network_events_flush_ms = 250;  // how often queued verdicts are written at most

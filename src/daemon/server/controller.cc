@@ -409,6 +409,9 @@ Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest&
                 "this airlockd has no sandbox networking (it could not set it up at start; see "
                 "its log), so only network mode \"none\" is served");
   }
+  if (networked) {
+    if (auto st = networks_->CheckLimits(request.network); !st) return std::unexpected(st.error());
+  }
   const std::string id = record.id;
   // The record exists before any resource does, so a crash during the create leaves a trace.
   if (auto inserted = store_.Insert(record); !inserted) {
@@ -473,6 +476,7 @@ Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest&
     if (network) {
       r.resources[kNetSlot] = std::to_string(network->slot);
       r.resources[kNetAddress] = network->address;
+      if (!network->address6.empty()) r.resources[kNetAddress6] = network->address6;
     }
   });
   if (!running) return destroy_and_fail(std::move(running.error()));
@@ -522,6 +526,9 @@ Result<SandboxRecord> Controller::Patch(const std::string& id,
   if (!record) return record;
   api::Metadata metadata = record->metadata;
   if (auto st = request.ApplyMetadata(metadata); !st) return std::unexpected(st.error());
+  if (request.network && networks_) {  // refused before anything changes
+    if (auto st = networks_->CheckLimits(*request.network); !st) return std::unexpected(st.error());
+  }
   if (request.ttl_seconds) {
     record = store_.UpdateTtl(id, NowMs() + *request.ttl_seconds * 1000);
     if (!record) return record;

@@ -87,6 +87,7 @@ inline constexpr const char* kRoot = "root";
 // The keys in a record's resources that hold its network's slot and address.
 inline constexpr const char* kNetSlot = "net.slot";
 inline constexpr const char* kNetAddress = "net.address";
+inline constexpr const char* kNetAddress6 = "net.address6";
 
 // Where template bases that are not templates come from (airlockd.toml: image_dir,
 // debian_mirror).

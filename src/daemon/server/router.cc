@@ -104,6 +104,9 @@ api::SandboxView ToView(const SandboxRecord& r) {
   if (auto address = r.resources.find(kNetAddress); address != r.resources.end()) {
     v.address = address->second;
   }
+  if (auto address = r.resources.find(kNetAddress6); address != r.resources.end()) {
+    v.address6 = address->second;
+  }
   return v;
 }
 

@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 namespace airlock::net {
 namespace {
@@ -89,7 +91,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{R"({"allow":[]})", "network.mode must be one of"},
         BadCase{R"({"mode":"closed"})", "got \"closed\""},
         BadCase{R"({"mode":"allowlist","extra":1})", "unknown field \"extra\""},
-        BadCase{R"({"mode":"none","allow":["pypi.org"]})", "must be empty when network.mode"},
+        BadCase{R"({"mode":"none","allow":["pypi.org"]})",
+                "must be absent or empty when network.mode"},
         BadCase{R"({"mode":"allowlist","allow":"pypi.org"})", "network.allow must be an array"},
         BadCase{R"({"mode":"allowlist","allow":["a.org", 7]})", "network.allow[1] must be a string"},
         BadCase{R"({"mode":"allowlist","allow":[""]})", "network.allow[0]: a rule may not be empty"},
@@ -113,7 +116,84 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{R"({"mode":"allowlist","allow":["1.2.3"]})", "unusual form"},
         BadCase{R"({"mode":"allowlist","allow":["10.0.0.0/8x"]})", "bad prefix length"},
         BadCase{R"({"mode":"allowlist","allow":["pypi.org:443:1"]})", "not an IPv4 or IPv6"},
-        BadCase{R"({"mode":"allowlist","allow":["[2001:db8::/32"]})", "without ']'"}));
+        BadCase{R"({"mode":"allowlist","allow":["[2001:db8::/32"]})", "without ']'"},
+        BadCase{R"({"mode":"open","bandwidth_mbps":0})",
+                "network.bandwidth_mbps must be an integer from 1 to 100000, got 0"},
+        BadCase{R"({"mode":"open","bandwidth_mbps":100001})", "got 100001"},
+        BadCase{R"({"mode":"open","bandwidth_mbps":1.5})",
+                "network.bandwidth_mbps must be an integer"},
+        BadCase{R"({"mode":"open","bandwidth_mbps":"10"})",
+                "network.bandwidth_mbps must be an integer"},
+        BadCase{R"({"mode":"open","max_connections":-1})",
+                "network.max_connections must be an integer from 1 to 65536"},
+        BadCase{R"({"mode":"open","max_connections":65537})", "got 65537"},
+        BadCase{R"({"mode":"none","max_connections":5})",
+                "must be absent or empty when network.mode"}));
+
+TEST(PolicyParse, LimitsRoundTripAndStayOutWhenUnset) {
+  const NetworkPolicy p = Policy(R"({"mode":"open","bandwidth_mbps":20,"max_connections":64})");
+  EXPECT_EQ(p.bandwidth_mbps(), 20u);
+  EXPECT_EQ(p.max_connections(), 64u);
+  const NetworkPolicy again = Policy(p.ToJson().dump());
+  EXPECT_EQ(again.bandwidth_mbps(), 20u);
+  EXPECT_EQ(again.max_connections(), 64u);
+  // Unset: 0 (the daemon's default), and not written.
+  const NetworkPolicy plain = Policy(R"({"mode":"open"})");
+  EXPECT_EQ(plain.bandwidth_mbps(), 0u);
+  EXPECT_FALSE(plain.ToJson().contains("bandwidth_mbps"));
+  EXPECT_FALSE(plain.ToJson().contains("max_connections"));
+}
+
+TEST(PolicyRanges, TheFirewallsListsAreThePolicys) {
+  auto has = [](const std::vector<Cidr>& list, const char* text) {
+    auto c = Cidr::Parse(text);
+    return c && std::find(list.begin(), list.end(), *c) != list.end();
+  };
+  const std::vector<Cidr> never = ReservedRanges(false), openable = ReservedRanges(true);
+  for (const char* r : {"127.0.0.0/8", "169.254.0.0/16", "0.0.0.0/8", "192.0.0.0/24", "fe80::/10",
+                        "::1/128", "ff00::/8"}) {
+    EXPECT_TRUE(has(never, r)) << r;
+    EXPECT_FALSE(has(openable, r)) << r;
+  }
+  for (const char* r : {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10",
+                        "fc00::/7", "64:ff9b::/96"}) {
+    EXPECT_TRUE(has(openable, r)) << r;
+    EXPECT_FALSE(has(never, r)) << r;
+  }
+  EXPECT_TRUE(InsideOpenableRange(*Cidr::Parse("10.1.0.0/16")));
+  EXPECT_TRUE(InsideOpenableRange(*Cidr::Parse("fd12::/64")));
+  EXPECT_FALSE(InsideOpenableRange(*Cidr::Parse("0.0.0.0/0"))) << "covers 10/8, is not inside";
+  EXPECT_FALSE(InsideOpenableRange(*Cidr::Parse("203.0.113.0/24")));
+  EXPECT_FALSE(InsideOpenableRange(*Cidr::Parse("169.254.169.254/32"))) << "never opens";
+  EXPECT_EQ(MetadataAddresses().size(), 8u);
+}
+
+TEST(PolicyVerdicts, ADeniedNamesAddressesAreDeniedAsAddressesOnly) {
+  NetworkPolicy p = Policy(R"({"mode":"open","deny":["evil.test","web.test:443"]})");
+  const auto ip = boost::asio::ip::make_address("203.0.113.9");
+  const auto web = boost::asio::ip::make_address("203.0.113.10");
+  EXPECT_TRUE(p.CheckAddress(ip, 80).allowed) << "positive control: not yet known";
+  p.AddDeniedAddress(ip, 0, "evil.test");
+  p.AddDeniedAddress(web, 443, "web.test:443");
+  const Verdict v = p.CheckAddress(ip, 8080);
+  EXPECT_FALSE(v.allowed);
+  EXPECT_EQ(v.rule, "evil.test");
+  EXPECT_NE(v.reason.find("is an address of \"evil.test\""), std::string::npos) << v.reason;
+  // IPv4-mapped, the same address.
+  EXPECT_FALSE(p.CheckAddress(boost::asio::ip::make_address("::ffff:203.0.113.9"), 80).allowed);
+  // The port of the name's rule only.
+  EXPECT_FALSE(p.CheckAddress(web, 443).allowed);
+  EXPECT_TRUE(p.CheckAddress(web, 80).allowed);
+  // An allowed name that shares the address is judged by its name.
+  EXPECT_TRUE(p.CheckResolved(p.CheckName("good.test", 80), ip, 80).allowed);
+}
+
+TEST(PolicyRules, DeniesNames) {
+  EXPECT_TRUE(Policy(R"({"mode":"open","deny":["evil.test"]})").DeniesNames());
+  EXPECT_TRUE(Policy(R"({"mode":"open","deny":["*.evil.test:443"]})").DeniesNames());
+  EXPECT_FALSE(Policy(R"({"mode":"open","deny":["198.51.100.0/24"]})").DeniesNames());
+  EXPECT_FALSE(Policy(R"({"mode":"allowlist","allow":["evil.test"]})").DeniesNames());
+}
 
 TEST(PolicyParse, Limits) {
   json rules = json::array();
@@ -335,7 +415,8 @@ INSTANTIATE_TEST_SUITE_P(
         AddressCase{kOpen, "100.100.100.200", 80, false, "metadata"},
         AddressCase{kOpen, "192.0.0.192", 80, false, "metadata"},
         AddressCase{kOpen, "fd00:ec2::254", 80, false, "metadata"},
-        AddressCase{kOpen, "192.0.0.193", 80, true, "mode:open"},  // control: next to Oracle's
+        AddressCase{kOpen, "192.0.0.193", 80, false, "always-deny:192.0.0.0/24"},
+        AddressCase{kOpen, "192.0.1.193", 80, true, "mode:open"},  // control: past 192.0.0.0/24
         // the embedded IPv4 of mapped, NAT64, 6to4 and Teredo addresses
         AddressCase{kOpen, "::ffff:127.0.0.1", 80, false, "always-deny:127.0.0.0/8"},
         AddressCase{kOpen, "::ffff:10.0.0.1", 80, false, "always-deny:10.0.0.0/8"},
