@@ -166,6 +166,19 @@ Verdict Rejudge(const NetworkPolicy& policy, const Destination& d) {
 
 bool IsAddress(std::string_view host) { return ParseIpLiteral(host) || LooksLikeIpv4(host); }
 
+// The first `n` bytes of `buf`, taken out of it (without a copy when that is all of it: the
+// usual case for a body read 16 KiB at a time).
+std::string TakeFront(std::string& buf, size_t n) {
+  std::string out;
+  if (n == buf.size()) {
+    out.swap(buf);
+  } else {
+    out = buf.substr(0, n);
+    buf.erase(0, n);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string_view KindName(EgressEvent::Kind kind) {
@@ -369,6 +382,9 @@ struct EgressProxy::State : std::enable_shared_from_this<EgressProxy::State> {
       const IpAddress client = Unmap(peer.address());
       std::optional<NetworkPolicy> policy = hooks.policy_for(client);
       if (!policy) continue;  // not a sandbox: the socket closes here
+      // A relay writes what it has as soon as it has it (heads and bodies are separate writes);
+      // Nagle would hold the second behind the peer's delayed ACK.
+      socket.set_option(tcp::no_delay(true), ec);
       auto c = std::make_shared<Connection>(io, std::move(socket));
       c->policy = std::move(*policy);
       c->client_ip = client;
@@ -576,6 +592,7 @@ struct EgressProxy::State : std::enable_shared_from_this<EgressProxy::State> {
                                          asio::redirect_error(asio::use_awaitable, ec));
       if (c->closed) co_return false;
       if (!ec) {
+        c->upstream.set_option(tcp::no_delay(true), ec);
         d.dest.address = ip;
         ev.dest = ip;
         ev.allowed = true;
@@ -967,8 +984,7 @@ struct EgressProxy::State : std::enable_shared_from_this<EgressProxy::State> {
           c->in.append(chunk.data(), n);
         }
         const size_t take = static_cast<size_t>(std::min<uint64_t>(left, c->in.size()));
-        std::string part = c->in.substr(0, take);
-        c->in.erase(0, take);
+        std::string part = TakeFront(c->in, take);
         left -= take;
         if (!co_await up(part)) co_return;
       }
@@ -1083,8 +1099,7 @@ struct EgressProxy::State : std::enable_shared_from_this<EgressProxy::State> {
           while (left > 0) {
             if (buf.empty() && !co_await read()) co_return failed("the response ended early");
             const size_t take = static_cast<size_t>(std::min<uint64_t>(left, buf.size()));
-            std::string part = buf.substr(0, take);
-            buf.erase(0, take);
+            std::string part = TakeFront(buf, take);
             left -= take;
             if (!co_await down(part)) co_return failed(ec.message());
           }
