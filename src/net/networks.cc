@@ -183,10 +183,10 @@ Result<std::unique_ptr<Networks>> Networks::Open(NetworksConfig config) {
   hooks.open_socket = open_socket;
   // The proxy's names go through a cache of addresses (TTL honoured, at most 30 s); the proxy
   // still judges every address it is given.
-  n->proxy_dns_ = std::make_shared<dns::AddressCache>([self, open_socket](const std::string& name) {
+  auto cache = std::make_shared<dns::AddressCache>([self, open_socket](const std::string& name) {
     return dns::ResolveAddresses(name, self->config_.dns_upstream, kResolveTimeout, open_socket);
   });
-  hooks.resolve = [cache = n->proxy_dns_](const std::string& name) { return cache->Resolve(name); };
+  hooks.resolve = [cache](const std::string& name) { return cache->Resolve(name); };
   hooks.on_event = [self](const EgressEvent& e) {
     NetworkEvent event;
     event.kind = std::string(KindName(e.kind));

@@ -34,9 +34,8 @@ class Firewall;
 class EgressProxy;
 class NetnsThread;
 namespace dns {
-class AddressCache;
 class DnsStub;
-}  // namespace dns
+}
 
 // One verdict: of the proxy (kind connect, http, tls) or of the DNS stub (kind dns). A
 // connection's end comes as a second event of its kind with allowed set and the byte counts.
@@ -152,7 +151,6 @@ class Networks {
   std::string uplink_forward_before_;       // its net.ipv4.ip_forward before the first run
   boost::asio::io_context io_;
   std::unique_ptr<Firewall> firewall_;
-  std::shared_ptr<dns::AddressCache> proxy_dns_;  // the proxy's name resolution
   std::unique_ptr<EgressProxy> proxy_;
   std::thread io_thread_;
 
