@@ -7,10 +7,15 @@
 //   allowlist, transparent an allowlist sandbox dialling the site's address on port 80, which
 //                          nftables redirects to the egress proxy (judged by Host)
 //   allowlist, HTTP_PROXY  the same sandbox sending absolute-form requests to the proxy, as
-//                          curl and pip do with HTTP_PROXY set
+//                          curl and pip do with HTTP_PROXY set (a name the proxy has cached)
+//   ..., uncached name     the same with a name whose TTL is 0: every request pays the proxy's
+//                          DNS lookup, as the first request for a name does
+//   ..., keep-alive        N requests on one connection (host netns direct; HTTP_PROXY, where
+//                          the proxy reuses its upstream connection too)
 //
-// Latency: a small GET (1 KiB body, a new connection each, Connection: close), p50/p90/p99.
-// Throughput: one GET of a large body (--mib), MB/s. Every row runs the same client, a short
+// Latency: a small GET (1 KiB body, a new connection each, Connection: close; on one connection
+// in the keep-alive rows), p50/p90/p99, and each row's ratio to its direct baseline in the same
+// run. Throughput: one GET of a large body (--mib), MB/s. Every row runs the same client, a short
 // python3 script (/usr/bin/python3, which sandboxes have from the host's /usr) that times each
 // request itself from connect to the last byte: the client's cost, the exec round trip and the
 // interpreter's start are the same in every row or outside the timing. The rows run
@@ -36,6 +41,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "client/http_client.h"
@@ -60,34 +66,62 @@ constexpr uint64_t kMiB = 1 << 20;
 constexpr uint64_t kSmallBody = 1024;
 constexpr int kBatch = 50;  // requests per row per turn
 
-// The client, the same in every row. argv: MODE ADDRESS PORT HOST PATH COUNT, MODE "direct"
-// (origin-form to ADDRESS) or "proxy" (absolute-form, ADDRESS is the proxy). Prints
-// "MICROSECONDS:BYTES" per request, the bytes being the whole reply; exits 1 on a reply that is
-// not 200.
+// The client, the same in every row. argv: MODE ADDRESS PORT HOST PATH COUNT [keep], MODE
+// "direct" (origin-form to ADDRESS) or "proxy" (absolute-form, ADDRESS is the proxy); "keep": all
+// COUNT requests on one connection, each reply read by its Content-Length (the first request's
+// time includes the connect). Prints "MICROSECONDS:BYTES" per request, the bytes being the whole
+// reply; exits 1 on a reply that is not 200.
 constexpr char kClient[] = R"PY(
 import socket, sys, time
 mode, address, port, host, path, count = sys.argv[1:7]
+keep = sys.argv[7:8] == ["keep"]
 target = "http://" + host + path if mode == "proxy" else path
-request = ("GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % (target, host)).encode()
+request = ("GET %s HTTP/1.1\r\nHost: %s\r\n%s\r\n"
+           % (target, host, "" if keep else "Connection: close\r\n")).encode()
 buf = bytearray(1 << 20)
 out = []
+s = None
 for _ in range(int(count)):
     t0 = time.perf_counter()
-    s = socket.create_connection((address, int(port)))
+    if s is None:
+        s = socket.create_connection((address, int(port)))
     s.sendall(request)
     got, head = 0, b""
-    while True:
-        n = s.recv_into(buf)
-        if n == 0:
-            break
-        if len(head) < 16:
-            head += bytes(buf[:16])
-        got += n
-    s.close()
+    if keep:
+        while b"\r\n\r\n" not in head:
+            n = s.recv_into(buf)
+            if n == 0:
+                sys.exit("the connection closed")
+            head += bytes(buf[:n])
+        head, _, rest = head.partition(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        got = len(rest)
+        while got < length:
+            n = s.recv_into(buf)
+            if n == 0:
+                sys.exit("the connection closed")
+            got += n
+        got += len(head) + 4
+    else:
+        while True:
+            n = s.recv_into(buf)
+            if n == 0:
+                break
+            if len(head) < 16:
+                head += bytes(buf[:16])
+            got += n
+        s.close()
+        s = None
     t1 = time.perf_counter()
     if not head.startswith(b"HTTP/1.1 200 "):
-        sys.exit("not a 200: %r" % head)
+        sys.exit("not a 200: %r" % head[:40])
     out.append("%.1f:%d" % ((t1 - t0) * 1e6, got))
+if s is not None:
+    s.close()
 print(" ".join(out))
 )PY";
 
@@ -250,6 +284,10 @@ struct Row {
   std::string mode;     // direct | proxy
   std::string address;
   std::string port;
+  std::string host = "allowed.test";  // the name asked for
+  bool keep = false;                  // all of a batch on one connection
+  size_t baseline = 0;                // the row its latency is compared with
+  bool throughput = true;             // also in the large-body runs
   std::vector<double> latency_us;
   std::vector<double> mb_per_s;
 };
@@ -283,6 +321,7 @@ int Run(const Flags& flags) {
     return 1;
   }
   internet.dns().Set("allowed.test", {.a = {internet.site}});
+  internet.dns().Set("nocache.test", {.a = {internet.site}, .ttl = 0});
   b::ScratchDir scratch(kTag);  // removed after the daemon is gone
   if (auto st = scratch.Make(); !st) {
     std::fprintf(stderr, "%s: %s\n", kTag, st.error().message().c_str());
@@ -321,25 +360,45 @@ int Run(const Flags& flags) {
   Sandboxes sandboxes(*http);  // deleted before the daemon stops
   auto open = sandboxes.Create({{"mode", "open"}});
   if (!open) return fail("creating the open sandbox", open.error());
-  auto allow = sandboxes.Create({{"mode", "allowlist"}, {"allow", {"allowed.test"}}});
+  auto allow =
+      sandboxes.Create({{"mode", "allowlist"}, {"allow", {"allowed.test", "nocache.test"}}});
   if (!allow) return fail("creating the allowlist sandbox", allow.error());
   auto proxy_env = sandboxes.Exec(*allow, "echo $HTTP_PROXY");
   if (!proxy_env) return fail("reading HTTP_PROXY", proxy_env.error());
   // "http://GATEWAY:PORT\n"
   const std::string proxy = proxy_env->substr(7, proxy_env->find_last_not_of("/\n") - 6);
   const std::string site = internet.site;
-  std::vector<Row> rows = {
-      {"host netns (routed)", "", "direct", site, "80", {}, {}},
-      {"open sandbox (NAT)", *open, "direct", site, "80", {}, {}},
-      {"allowlist, transparent proxy", *allow, "direct", site, "80", {}, {}},
-      {"allowlist, HTTP_PROXY", *allow, "proxy", proxy.substr(0, proxy.find(':')),
-       proxy.substr(proxy.find(':') + 1), {}, {}},
+  const std::string proxy_address = proxy.substr(0, proxy.find(':'));
+  const std::string proxy_port = proxy.substr(proxy.find(':') + 1);
+  auto make_row = [](std::string name, std::string sandbox, std::string mode, std::string address,
+                     std::string port) {
+    Row r;
+    r.name = std::move(name);
+    r.sandbox = std::move(sandbox);
+    r.mode = std::move(mode);
+    r.address = std::move(address);
+    r.port = std::move(port);
+    return r;
   };
+  enum { kHost, kOpen, kTransparent, kProxy, kProxyUncached, kHostKeep, kProxyKeep };
+  std::vector<Row> rows = {
+      make_row("host netns (routed)", "", "direct", site, "80"),
+      make_row("open sandbox (NAT)", *open, "direct", site, "80"),
+      make_row("allowlist, transparent proxy", *allow, "direct", site, "80"),
+      make_row("allowlist, HTTP_PROXY", *allow, "proxy", proxy_address, proxy_port),
+      make_row("HTTP_PROXY, uncached name", *allow, "proxy", proxy_address, proxy_port),
+      make_row("host netns, keep-alive", "", "direct", site, "80"),
+      make_row("HTTP_PROXY, keep-alive", *allow, "proxy", proxy_address, proxy_port),
+  };
+  rows[kProxyUncached].host = "nocache.test";
+  rows[kHostKeep].keep = rows[kProxyKeep].keep = true;
+  rows[kHostKeep].baseline = rows[kProxyKeep].baseline = kHostKeep;
+  for (size_t i = kProxyUncached; i < rows.size(); ++i) rows[i].throughput = false;
   auto run = [&](Row& row, uint64_t body, int count, bool keep_latency,
                  bool keep_throughput) -> Status {
-    const std::string client_args = row.mode + " " + row.address + " " + row.port +
-                                    " allowed.test /bytes/" + std::to_string(body) + " " +
-                                    std::to_string(count);
+    const std::string client_args = row.mode + " " + row.address + " " + row.port + " " + row.host +
+                                    (row.keep ? " /keep" : " ") + "/bytes/" + std::to_string(body) +
+                                    " " + std::to_string(count) + (row.keep ? " keep" : "");
     auto out = row.sandbox.empty()
                    ? host.Client(client_args)
                    : sandboxes.Exec(row.sandbox, "/usr/bin/python3 /tmp/netbench.py " + client_args);
@@ -370,6 +429,7 @@ int Run(const Flags& flags) {
     for (size_t k = 0; k < rows.size(); ++k) {
       if (g_interrupted.load()) return 130;
       Row& row = rows[(k + static_cast<size_t>(rep)) % rows.size()];
+      if (!row.throughput) continue;
       if (auto st = run(row, big, 1, false, true); !st) return fail("throughput", st.error());
     }
   }
@@ -377,7 +437,7 @@ int Run(const Flags& flags) {
 
   std::printf("%s: %u cpus, load average %s before, %s after\n\n", kTag,
               std::thread::hardware_concurrency(), load_before.c_str(), load_after.c_str());
-  std::printf("GET of a %llu-byte body, a new connection each, connect to last byte:\n",
+  std::printf("GET of a %llu-byte body, connect (keep-alive: send) to last byte:\n",
               static_cast<unsigned long long>(kSmallBody));
   b::PrintHeader();
   std::vector<b::Summary> latency;
@@ -385,29 +445,55 @@ int Run(const Flags& flags) {
     latency.push_back(b::Summarize(row.name, row.latency_us));
     b::Print(latency.back());
   }
-  std::printf("\nratio to the host netns:          p50      p99\n");
-  for (size_t i = 1; i < rows.size(); ++i) {
-    std::printf("  %-30s %6.2fx  %6.2fx\n", rows[i].name.c_str(), latency[i].p50 / latency[0].p50,
-                latency[i].p99 / latency[0].p99);
+  // Each row against its direct baseline (a new connection each: the host netns; keep-alive:
+  // the host netns on one connection), then the comparisons the proxy's work is judged by.
+  auto ratios = [&](size_t i, size_t base) {
+    return json{{"p50", latency[i].p50 / latency[base].p50},
+                {"p90", latency[i].p90 / latency[base].p90},
+                {"p99", latency[i].p99 / latency[base].p99}};
+  };
+  auto print_ratio = [&](const std::string& what, size_t i, size_t base) {
+    const json r = ratios(i, base);
+    std::printf("  %-46s %6.2fx %6.2fx %6.2fx %+9.1f\n", what.c_str(), r["p50"].get<double>(),
+                r["p90"].get<double>(), r["p99"].get<double>(), latency[i].p50 - latency[base].p50);
+  };
+  std::printf(
+      "\nratio to the direct baseline:                        p50     p90     p99  p50 +us\n");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (i != rows[i].baseline) print_ratio(rows[i].name, i, rows[i].baseline);
+  }
+  const std::vector<std::tuple<std::string, size_t, size_t>> comparisons = {
+      {"HTTP_PROXY: uncached name / cached", kProxyUncached, kProxy},
+      {"HTTP_PROXY: keep-alive / new connections", kProxyKeep, kProxy},
+      {"host netns: keep-alive / new connections", kHostKeep, kHost},
+  };
+  std::printf("\n");
+  json doc_comparisons = json::array();
+  for (const auto& [what, i, base] : comparisons) {
+    print_ratio(what, i, base);
+    doc_comparisons.push_back({{"what", what},
+                               {"ratio", ratios(i, base)},
+                               {"p50_delta_us", latency[i].p50 - latency[base].p50}});
   }
   std::printf("\nGET of %d MiB, MB/s (10^6 bytes/s) over %d runs:\n", flags.mib, flags.repetitions);
   std::printf("%-38s %9s %9s %9s %9s\n", "row", "p50", "min", "max", "vs host");
   json doc_rows = json::array();
-  std::vector<b::Summary> throughput;
-  for (const Row& row : rows) throughput.push_back(b::Summarize(row.name, row.mb_per_s));
+  const double host_mb_per_s = b::Summarize(rows[kHost].name, rows[kHost].mb_per_s).p50;
   for (size_t i = 0; i < rows.size(); ++i) {
-    const b::Summary& t = throughput[i];
-    const double vs_host = t.p50 / throughput[0].p50;
-    std::printf("%-38s %9.1f %9.1f %9.1f %8.2fx\n", rows[i].name.c_str(), t.p50, t.min, t.max,
-                vs_host);
-    doc_rows.push_back({{"name", rows[i].name},
-                        {"latency", json::parse(b::Json(latency[i]))},
-                        {"latency_p50_vs_host", latency[i].p50 / latency[0].p50},
-                        {"latency_p99_vs_host", latency[i].p99 / latency[0].p99},
-                        {"mb_per_s_p50", t.p50},
-                        {"mb_per_s_min", t.min},
-                        {"mb_per_s_max", t.max},
-                        {"mb_per_s_p50_vs_host", vs_host}});
+    json doc_row = {{"name", rows[i].name},
+                    {"latency", json::parse(b::Json(latency[i]))},
+                    {"baseline", rows[rows[i].baseline].name},
+                    {"latency_vs_baseline", ratios(i, rows[i].baseline)}};
+    if (rows[i].throughput) {
+      const b::Summary t = b::Summarize(rows[i].name, rows[i].mb_per_s);
+      std::printf("%-38s %9.1f %9.1f %9.1f %8.2fx\n", rows[i].name.c_str(), t.p50, t.min, t.max,
+                  t.p50 / host_mb_per_s);
+      doc_row["mb_per_s_p50"] = t.p50;
+      doc_row["mb_per_s_min"] = t.min;
+      doc_row["mb_per_s_max"] = t.max;
+      doc_row["mb_per_s_p50_vs_host"] = t.p50 / host_mb_per_s;
+    }
+    doc_rows.push_back(std::move(doc_row));
   }
   if (!flags.json_path.empty()) {
     json doc = {{"benchmark", "net"},
@@ -419,7 +505,8 @@ int Run(const Flags& flags) {
                 {"cpus", std::thread::hardware_concurrency()},
                 {"load_average_before", load_before},
                 {"load_average_after", load_after},
-                {"rows", std::move(doc_rows)}};
+                {"rows", std::move(doc_rows)},
+                {"comparisons", std::move(doc_comparisons)}};
     if (!b::WriteResults(kTag, flags.json_path, doc.dump())) return 1;
   }
   return 0;

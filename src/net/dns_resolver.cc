@@ -307,4 +307,13 @@ Result<ResolveResult> Resolve(std::string_view name, uint16_t qtype,
   return std::move(*out);
 }
 
+Result<ResolveResult> ResolveAddresses(std::string_view name,
+                                       const std::vector<udp::endpoint>& upstream,
+                                       std::chrono::milliseconds timeout,
+                                       SocketFactory open_socket) {
+  auto a = Resolve(name, kTypeA, upstream, timeout, open_socket);
+  if (!a || !a->addresses.empty() || a->rcode == Rcode::kNxDomain) return a;
+  return Resolve(name, kTypeAaaa, upstream, timeout, std::move(open_socket));
+}
+
 }  // namespace airlock::net::dns

@@ -50,4 +50,11 @@ void AsyncResolve(const boost::asio::any_io_executor& executor, std::string name
     const std::vector<boost::asio::ip::udp::endpoint>& upstream, std::chrono::milliseconds timeout,
     SocketFactory open_socket = {});
 
+// A host's addresses, blocking as Resolve: its A records, or when it has none its AAAA records
+// (not asked after NXDOMAIN). `ttl` is that of the records returned (or of the last answer when
+// there are none). What the egress proxy dials.
+[[nodiscard]] Result<ResolveResult> ResolveAddresses(
+    std::string_view name, const std::vector<boost::asio::ip::udp::endpoint>& upstream,
+    std::chrono::milliseconds timeout, SocketFactory open_socket = {});
+
 }  // namespace airlock::net::dns

@@ -9,6 +9,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/ip/v6_only.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -21,6 +22,7 @@
 #include <utility>
 
 #include "common/on_pool.h"
+#include "net/http_message.h"
 #include "net/tls_client_hello.h"
 
 namespace airlock::net {
@@ -29,6 +31,7 @@ namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 using boost::system::error_code;
 using Clock = std::chrono::steady_clock;
+using http::IEquals;
 
 namespace {
 
@@ -41,97 +44,6 @@ IpAddress Unmap(const IpAddress& ip) {
     return asio::ip::make_address_v4(asio::ip::v4_mapped, ip.to_v6());
   }
   return ip;
-}
-
-char Lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
-
-bool IEquals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (Lower(a[i]) != Lower(b[i])) return false;
-  }
-  return true;
-}
-
-bool IsTokenChar(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-         std::strchr("!#$%&'*+-.^_`|~", c) != nullptr;
-}
-
-// --- HTTP request heads (RFC 9112), strictly: anything ambiguous is refused ---
-
-struct HttpHead {
-  std::string method;
-  std::string target;
-  std::string version;
-  std::vector<std::pair<std::string, std::string>> headers;
-
-  // The values of a header, by case-insensitive name.
-  std::vector<std::string_view> Values(std::string_view name) const {
-    std::vector<std::string_view> out;
-    for (const auto& [k, v] : headers) {
-      if (IEquals(k, name)) out.push_back(v);
-    }
-    return out;
-  }
-};
-
-// `head` is the request up to and including the blank line.
-Result<HttpHead> ParseHead(std::string_view head) {
-  auto bad = [](std::string what) { return Fail(ErrorCode::kInvalidArgument, std::move(what)); };
-  for (size_t i = 0; i < head.size(); ++i) {
-    // Bare CR or LF and NUL are how requests get smuggled past one parser and not another.
-    if (head[i] == '\n' && (i == 0 || head[i - 1] != '\r')) return bad("bare LF in request");
-    if (head[i] == '\r' && (i + 1 >= head.size() || head[i + 1] != '\n')) {
-      return bad("bare CR in request");
-    }
-    if (head[i] == '\0') return bad("NUL in request");
-  }
-  HttpHead out;
-  size_t eol = head.find("\r\n");
-  std::string_view line = head.substr(0, eol);
-  size_t sp1 = line.find(' ');
-  size_t sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
-  if (sp2 == std::string_view::npos || line.find(' ', sp2 + 1) != std::string_view::npos) {
-    return bad("malformed request line");
-  }
-  out.method = std::string(line.substr(0, sp1));
-  out.target = std::string(line.substr(sp1 + 1, sp2 - sp1 - 1));
-  out.version = std::string(line.substr(sp2 + 1));
-  if (out.method.empty() || out.target.empty()) return bad("malformed request line");
-  for (char c : out.method) {
-    if (!IsTokenChar(c)) return bad("malformed method");
-  }
-  for (char c : out.target) {
-    if (static_cast<unsigned char>(c) <= 0x20 || static_cast<unsigned char>(c) >= 0x7f) {
-      return bad("malformed request target");
-    }
-  }
-  if (out.version != "HTTP/1.1" && out.version != "HTTP/1.0") return bad("not HTTP/1.x");
-  size_t pos = eol + 2;
-  while (pos < head.size()) {
-    size_t end = head.find("\r\n", pos);
-    std::string_view h = head.substr(pos, end - pos);
-    pos = end + 2;
-    if (h.empty()) break;
-    if (h[0] == ' ' || h[0] == '\t') return bad("folded header line");
-    size_t colon = h.find(':');
-    if (colon == std::string_view::npos || colon == 0) return bad("malformed header line");
-    std::string_view name = h.substr(0, colon);
-    for (char c : name) {
-      if (!IsTokenChar(c)) return bad("malformed header name");
-    }
-    std::string_view value = h.substr(colon + 1);
-    while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
-    while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
-    for (char c : value) {
-      if ((static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == 0x7f) {
-        return bad("control character in a header value");
-      }
-    }
-    out.headers.emplace_back(std::string(name), std::string(value));
-  }
-  return out;
 }
 
 // "host", "host:port", "[v6]", "[v6]:port". nullopt for anything else.
@@ -168,6 +80,13 @@ std::optional<Authority> SplitAuthority(std::string_view text) {
   return out;
 }
 
+// The Host field for an authority: brackets around an IPv6 address, the port if it had one.
+std::string HostField(const Authority& a) {
+  std::string out = a.host.find(':') != std::string::npos ? "[" + a.host + "]" : a.host;
+  if (a.port) out += ":" + std::to_string(*a.port);
+  return out;
+}
+
 // Two spellings of one host: addresses compare as addresses, names after normalising.
 bool SameHost(std::string_view a, std::string_view b) {
   auto ia = ParseIpLiteral(a);
@@ -178,11 +97,86 @@ bool SameHost(std::string_view a, std::string_view b) {
   return na && nb && *na == *nb;
 }
 
-std::string HttpReply(int status, std::string_view phrase, std::string_view body) {
-  std::string text = "airlock egress: " + std::string(body) + "\n";
-  return "HTTP/1.1 " + std::to_string(status) + " " + std::string(phrase) +
-         "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: " +
-         std::to_string(text.size()) + "\r\nConnection: close\r\n\r\n" + text;
+// The status a refusal is answered with, from its rule: the proxy's own rules first, then every
+// rule of the policy is a 403.
+int RefusalStatus(const Verdict& v) {
+  if (v.rule == "malformed") return 400;
+  if (v.rule == "too-large") return 431;
+  if (v.rule == "resolve" || v.rule == "connect" || v.rule == "upstream") return 502;
+  return 403;
+}
+
+std::string_view StatusPhrase(int status) {
+  switch (status) {
+    case 400:
+      return "Bad Request";
+    case 403:
+      return "Forbidden";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 502:
+      return "Bad Gateway";
+  }
+  return "Error";
+}
+
+// Every refusal an HTTP client gets: the status, the rule in X-Airlock-Deny-Rule, the reason as a
+// one-line body, in the words the verdict event carries.
+std::string DenyReply(const Verdict& v) {
+  const int status = RefusalStatus(v);
+  const std::string text = "airlock egress: " + v.reason + "\n";
+  return "HTTP/1.1 " + std::to_string(status) + " " + std::string(StatusPhrase(status)) +
+         "\r\nContent-Type: text/plain; charset=utf-8\r\n" + std::string(kDenyRuleHeader) + ": " +
+         v.rule + "\r\nContent-Length: " + std::to_string(text.size()) +
+         "\r\nConnection: close\r\n\r\n" + text;
+}
+
+// How a destination was judged, so that Recheck and a reused connection judge it the same way.
+enum class JudgedBy {
+  kName,            // a name the proxy resolved: CheckName, then CheckResolved on the address
+  kAddress,         // an address literal the client gave: CheckAddress
+  kNameAndAddress,  // open mode, transparent: CheckName (if there is a name), CheckAddress on the
+                    // original destination, which is what is dialled
+};
+
+struct Destination {
+  JudgedBy by = JudgedBy::kName;
+  std::string name;   // normalised (kNameAndAddress: "" without a Host or SNI name)
+  IpAddress address;  // dialled, or about to be
+  uint16_t port = 0;
+};
+
+Verdict Rejudge(const NetworkPolicy& policy, const Destination& d) {
+  switch (d.by) {
+    case JudgedBy::kAddress:
+      return policy.CheckAddress(d.address, d.port);
+    case JudgedBy::kName:
+      return policy.CheckResolved(policy.CheckName(d.name, d.port), d.address, d.port);
+    case JudgedBy::kNameAndAddress:
+      if (!d.name.empty()) {
+        Verdict by_name = policy.CheckName(d.name, d.port);
+        if (!by_name.allowed) return by_name;
+        Verdict by_address = policy.CheckAddress(d.address, d.port);
+        return by_address.allowed ? by_name : by_address;
+      }
+      return policy.CheckAddress(d.address, d.port);
+  }
+  return Verdict{false, "internal", "unknown destination"};
+}
+
+bool IsAddress(std::string_view host) { return ParseIpLiteral(host) || LooksLikeIpv4(host); }
+
+// The first `n` bytes of `buf`, taken out of it (without a copy when that is all of it: the
+// usual case for a body read 16 KiB at a time).
+std::string TakeFront(std::string& buf, size_t n) {
+  std::string out;
+  if (n == buf.size()) {
+    out.swap(buf);
+  } else {
+    out = buf.substr(0, n);
+    buf.erase(0, n);
+  }
+  return out;
 }
 
 }  // namespace
@@ -212,7 +206,8 @@ std::optional<tcp::endpoint> OriginalDestination(tcp::socket& socket) {
   tcp::endpoint original;
   if (storage.ss_family == AF_INET) {
     const auto* sin = reinterpret_cast<const sockaddr_in*>(&storage);
-    original = tcp::endpoint(asio::ip::address_v4(ntohl(sin->sin_addr.s_addr)), ntohs(sin->sin_port));
+    original =
+        tcp::endpoint(asio::ip::address_v4(ntohl(sin->sin_addr.s_addr)), ntohs(sin->sin_port));
   } else if (storage.ss_family == AF_INET6) {
     const auto* sin6 = reinterpret_cast<const sockaddr_in6*>(&storage);
     asio::ip::address_v6::bytes_type bytes;
@@ -227,39 +222,82 @@ std::optional<tcp::endpoint> OriginalDestination(tcp::socket& socket) {
   return original;
 }
 
-// One client connection and, once allowed, its upstream.
+// One client connection and the upstream connection it has open, if any. io thread only, except
+// `dest`.
 struct Connection {
-  Connection(asio::io_context& io, tcp::socket s)
-      : client(std::move(s)), upstream(io), timer(io) {}
+  Connection(asio::io_context& io, tcp::socket s) : client(std::move(s)), upstream(io), timer(io) {}
 
   uint64_t id = 0;
+  IpAddress client_ip;
   tcp::socket client;
   tcp::socket upstream;
   asio::steady_timer timer;  // the watchdog's
   Clock::time_point deadline;
-  NetworkPolicy policy;
+  NetworkPolicy policy;  // HTTP: asked again for each request
   std::optional<tcp::endpoint> original;
-  EgressEvent event;  // what is known so far; the closing event is sent from it
+  std::string in;             // read from the client, not yet used (a head, a body, what follows)
+  std::string from_upstream;  // read from the upstream, not yet forwarded
+  EgressEvent link;           // the verdict that opened `upstream`, then the bytes through it
+  std::string link_key;       // HTTP: the destination `upstream` serves, reused for the same
   bool closed = false;
-  int pumps = 0;  // pump coroutines still running
+  int pumps = 0;  // tunnel pump coroutines still running
 
-  // Set once connected, under State::mu: what Recheck judges again.
-  bool connected = false;
-  bool by_address = false;  // the destination was an IP literal, checked with CheckAddress
+  // Guarded by State::mu: where `upstream` goes while it is open, for Recheck.
+  std::optional<Destination> dest;
+};
+
+// The verdict on a destination and the addresses it allows dialling, in order.
+struct Decision {
+  Verdict verdict;
+  Destination dest;
+  std::vector<IpAddress> addresses;
+  std::optional<IpAddress> shown;  // the address the event names (dialled or refused), if known
+};
+
+// One HTTP request, ready to forward.
+struct Request {
+  std::string method;
+  std::string host;  // what is judged: a name, an address, or "" (open mode, no Host)
+  uint16_t port = 0;
+  std::string head;  // to send upstream, without its framing fields and the blank line
+  http::Framing framing;
+  bool client_keeps = false;  // HTTP/1.1 without Connection: close: more requests may follow
+  bool http10 = false;        // the client speaks HTTP/1.0: no chunked responses for it
+};
+
+// What became of one request's exchange with the upstream.
+struct Exchange {
+  enum class Outcome {
+    kComplete,    // the whole response reached the client
+    kNoResponse,  // nothing of a response reached the client: it can still get a 502
+    kBroken,      // it failed part way: the client connection can only be closed
+  };
+  Outcome outcome = Outcome::kNoResponse;
+  std::string why;           // kNoResponse
+  bool nothing_read = true;  // the upstream sent not one byte (a stale kept-alive connection)
+  bool client_may_continue = false;
+  bool upstream_may_continue = false;
+};
+
+// A request body on its way up, beside the response on its way down.
+struct Upload {
+  bool finished = false;  // SendBody has returned (it reads the client no more)
+  bool done = false;      // ...having sent the whole body
+  std::string malformed;  // why the body was refused, if it was
 };
 
 struct EgressProxy::State : std::enable_shared_from_this<EgressProxy::State> {
   State(asio::io_context& io_in, ProxyHooks hooks_in, ProxyLimits limits_in)
-      : io(io_in), acceptor(io_in), hooks(std::move(hooks_in)), limits(limits_in) {}
+      : io(io_in), hooks(std::move(hooks_in)), limits(limits_in) {}
 
   asio::io_context& io;
-  tcp::acceptor acceptor;
+  std::vector<std::unique_ptr<tcp::acceptor>> acceptors;  // one port, IPv4 and IPv6
   ProxyHooks hooks;
   ProxyLimits limits;
   asio::thread_pool pool{2};  // resolve() may block
   uint16_t listen_port = 0;
 
-  mutable std::mutex mu;  // guards the members below
+  mutable std::mutex mu;  // guards the members below and Connection::dest
   bool stopping = false;
   uint64_t next_id = 1;
   std::map<uint64_t, std::shared_ptr<Connection>> connections;
@@ -267,6 +305,20 @@ struct EgressProxy::State : std::enable_shared_from_this<EgressProxy::State> {
 
   void Emit(const EgressEvent& event) {
     if (hooks.on_event) hooks.on_event(event);
+  }
+
+  static EgressEvent NewEvent(const Connection& c, EgressEvent::Kind kind) {
+    EgressEvent e;
+    e.kind = kind;
+    e.client = c.client_ip;
+    return e;
+  }
+
+  void Deny(EgressEvent& ev, const Verdict& v) {
+    ev.allowed = false;
+    ev.rule = v.rule;
+    ev.reason = v.reason;
+    Emit(ev);
   }
 
   // Moves the watchdog's deadline (earlier or later). io thread.
@@ -277,6 +329,25 @@ struct EgressProxy::State : std::enable_shared_from_this<EgressProxy::State> {
     if (earlier) c.timer.cancel();
   }
 
+  // Closes the upstream connection, if one is open, with its closing event. io thread.
+  void CloseUpstream(Connection& c) {
+    error_code ignored;
+    c.upstream.close(ignored);
+    c.from_upstream.clear();
+    c.link_key.clear();
+    bool had = false;
+    {
+      std::lock_guard lock(mu);
+      had = c.dest.has_value();
+      c.dest.reset();
+    }
+    if (had) {
+      EgressEvent done = c.link;
+      done.phase = EgressEvent::Phase::kClosed;
+      Emit(done);
+    }
+  }
+
   // Ends a connection: sockets closed (pending operations fail), the closing event sent once.
   // io thread.
   void Close(const std::shared_ptr<Connection>& c) {
@@ -285,26 +356,20 @@ struct EgressProxy::State : std::enable_shared_from_this<EgressProxy::State> {
     error_code ignored;
     c->client.shutdown(tcp::socket::shutdown_both, ignored);
     c->client.close(ignored);
-    c->upstream.close(ignored);
     c->timer.cancel();
-    {
-      std::lock_guard lock(mu);
-      connections.erase(c->id);
-      auto it = per_client.find(c->event.client);
-      if (it != per_client.end() && --it->second == 0) per_client.erase(it);
-    }
-    if (c->connected) {
-      EgressEvent done = c->event;
-      done.phase = EgressEvent::Phase::kClosed;
-      Emit(done);
-    }
+    CloseUpstream(*c);
+    std::lock_guard lock(mu);
+    connections.erase(c->id);
+    auto it = per_client.find(c->client_ip);
+    if (it != per_client.end() && --it->second == 0) per_client.erase(it);
   }
 
-  asio::awaitable<void> Accept() {
+  asio::awaitable<void> Accept(tcp::acceptor& acceptor) {
     auto self = shared_from_this();
     while (true) {
       error_code ec;
-      tcp::socket socket = co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
+      tcp::socket socket =
+          co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
       if (ec) {
         if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
         // Out of descriptors and the like: wait a moment rather than spin.
@@ -317,14 +382,20 @@ struct EgressProxy::State : std::enable_shared_from_this<EgressProxy::State> {
       const IpAddress client = Unmap(peer.address());
       std::optional<NetworkPolicy> policy = hooks.policy_for(client);
       if (!policy) continue;  // not a sandbox: the socket closes here
+      // A relay writes what it has as soon as it has it (heads and bodies are separate writes);
+      // Nagle would hold the second behind the peer's delayed ACK.
+      socket.set_option(tcp::no_delay(true), ec);
       auto c = std::make_shared<Connection>(io, std::move(socket));
       c->policy = std::move(*policy);
-      c->event.client = client;
+      c->client_ip = client;
+      // The sandbox's own cap (network.max_connections), else the proxy's.
+      const size_t client_cap = c->policy.max_connections() != 0 ? c->policy.max_connections()
+                                                                   : limits.max_connections_per_client;
       bool over = false;
       {
         std::lock_guard lock(mu);
         over = stopping || connections.size() >= limits.max_connections ||
-               per_client[client] >= limits.max_connections_per_client;
+               per_client[client] >= client_cap;
         if (!over) {
           c->id = next_id++;
           connections.emplace(c->id, c);
@@ -334,11 +405,8 @@ struct EgressProxy::State : std::enable_shared_from_this<EgressProxy::State> {
         }
       }
       if (over) {
-        EgressEvent refused;
-        refused.client = client;
-        refused.rule = "limit";
-        refused.reason = "too many open connections";
-        Emit(refused);
+        EgressEvent refused = NewEvent(*c, EgressEvent::Kind::kConnect);
+        Deny(refused, Verdict{false, "limit", "too many open connections"});
         continue;
       }
       asio::co_spawn(io, Serve(self, c), asio::detached);
@@ -355,29 +423,83 @@ struct EgressProxy::State : std::enable_shared_from_this<EgressProxy::State> {
     }
   }
 
-  // Sends a refusal (HTTP clients: a status and a sentence; TLS clients: nothing), then closes
-  // after a short lingering read so the answer is not lost to a reset.
-  asio::awaitable<void> Refuse(std::shared_ptr<Connection> c, std::string reply) {
+  // Ends the connection gracefully: the reply (if any) written, our side shut, then a short
+  // lingering read so that the client reads what it was sent rather than a reset. No `linger`
+  // when something else still reads the client (an unfinished request body).
+  asio::awaitable<void> Finish(std::shared_ptr<Connection> c, std::string reply,
+                               bool linger = true) {
     error_code ec;
+    SetDeadline(*c, kLingerTimeout);
     if (!reply.empty()) {
-      SetDeadline(*c, kLingerTimeout);
       co_await asio::async_write(c->client, asio::buffer(reply),
                                  asio::redirect_error(asio::use_awaitable, ec));
-      c->client.shutdown(tcp::socket::shutdown_send, ec);
-      std::vector<char> sink(kChunkBytes);
-      for (size_t drained = 0; !ec && !c->closed && drained < kMaxLingerBytes;) {
-        drained += co_await c->client.async_read_some(asio::buffer(sink),
-                                                      asio::redirect_error(asio::use_awaitable, ec));
-      }
+    }
+    c->client.shutdown(tcp::socket::shutdown_send, ec);
+    if (!linger) ec = asio::error::shut_down;
+    std::vector<char> sink(kChunkBytes);
+    for (size_t drained = 0; !ec && !c->closed && drained < kMaxLingerBytes;) {
+      drained += co_await c->client.async_read_some(asio::buffer(sink),
+                                                    asio::redirect_error(asio::use_awaitable, ec));
     }
     Close(c);
   }
 
-  void Deny(Connection& c, const Verdict& v) {
-    c.event.allowed = false;
-    c.event.rule = v.rule;
-    c.event.reason = v.reason;
-    Emit(c.event);
+  // A refused request: its event (allowed false, the rule, the reason) and, for an HTTP client,
+  // the DenyReply; the connection ends. TLS clients cannot be answered: they are closed.
+  asio::awaitable<void> Refuse(std::shared_ptr<Connection> c, EgressEvent ev, Verdict v,
+                               bool http_client) {
+    Deny(ev, v);
+    if (!http_client) {
+      Close(c);
+      co_return;
+    }
+    std::string reply = DenyReply(v);
+    co_await Finish(c, std::move(reply));
+  }
+
+  // --- The first bytes ---
+
+  struct HeadRead {
+    enum class Kind { kGone, kTls, kHttp, kTooLarge };
+    Kind kind = Kind::kGone;
+    size_t head_end = 0;    // kHttp: c->in[0, head_end) is the request head
+    ClientHelloScan hello;  // kTls (kNeedMore: over the limit)
+  };
+
+  // Reads from the client until c->in holds a whole request head or, when `allow_tls`, a whole
+  // (or a malformed) TLS ClientHello.
+  asio::awaitable<HeadRead> ReadHead(std::shared_ptr<Connection> c, bool allow_tls) {
+    HeadRead out;
+    std::vector<char> chunk(kChunkBytes);
+    while (!c->closed) {
+      // Empty lines before a request line are ignored (RFC 9112 2.2); some clients send one
+      // after a body. They never reach the upstream: the proxy writes request lines itself.
+      size_t blank = 0;
+      while (c->in.compare(blank, 2, "\r\n") == 0) blank += 2;
+      c->in.erase(0, blank);
+      if (allow_tls && LooksLikeTls(c->in)) {
+        out.hello = ScanClientHello(c->in);
+        if (out.hello.state != ClientHelloScan::State::kNeedMore ||
+            c->in.size() > limits.max_header_bytes) {
+          out.kind = HeadRead::Kind::kTls;
+          co_return out;
+        }
+      } else if (size_t end = c->in.find("\r\n\r\n"); end != std::string::npos) {
+        out.head_end = end + 4;
+        out.kind = out.head_end <= limits.max_header_bytes ? HeadRead::Kind::kHttp
+                                                           : HeadRead::Kind::kTooLarge;
+        co_return out;
+      } else if (c->in.size() > limits.max_header_bytes) {
+        out.kind = HeadRead::Kind::kTooLarge;
+        co_return out;
+      }
+      error_code ec;
+      size_t n = co_await c->client.async_read_some(asio::buffer(chunk),
+                                                    asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) co_return out;  // EOF, timeout or reset before a whole head: nothing to answer
+      c->in.append(chunk.data(), n);
+    }
+    co_return out;
   }
 
   asio::awaitable<void> Serve(std::shared_ptr<State> self, std::shared_ptr<Connection> c) {
@@ -385,309 +507,698 @@ struct EgressProxy::State : std::enable_shared_from_this<EgressProxy::State> {
     asio::co_spawn(io, Watchdog(self, c), asio::detached);
     c->original = hooks.original_destination ? hooks.original_destination(c->client)
                                              : OriginalDestination(c->client);
-    const bool transparent = c->original.has_value();
-
-    // 1. The head: a TLS ClientHello (transparent only) or an HTTP request head.
-    std::string buf;
-    std::vector<char> chunk(kChunkBytes);
-    error_code ec;
-    bool tls = false;
-    size_t head_end = 0;
-    ClientHelloScan hello;
-    while (true) {
-      size_t n = co_await c->client.async_read_some(asio::buffer(chunk),
-                                                    asio::redirect_error(asio::use_awaitable, ec));
-      if (ec) {
-        Close(c);  // EOF, timeout or reset before a whole head: nothing to answer
-        co_return;
-      }
-      buf.append(chunk.data(), n);
-      if (transparent && LooksLikeTls(buf)) {
-        tls = true;
-        hello = ScanClientHello(buf);
-        if (hello.state != ClientHelloScan::State::kNeedMore) break;
-      } else if (size_t end = buf.find("\r\n\r\n"); end != std::string::npos) {
-        head_end = end + 4;
-        if (head_end <= limits.max_header_bytes) break;
-      }
-      if (buf.size() > limits.max_header_bytes) {
-        if (tls) {
-          Close(c);
-        } else {
-          std::string reply = HttpReply(431, "Request Header Fields Too Large",
-                                        "request head over " +
-                                            std::to_string(limits.max_header_bytes) + " bytes");
-          co_await Refuse(c, reply);
-        }
-        co_return;
-      }
-    }
-
-    // 2. The destination: a name or an address, and a port.
-    std::string host;
-    uint16_t port = 0;
-    std::string forward;  // the bytes to send upstream first
-    uint64_t body_left = 0;
-    bool inspect_tls = false;  // CONNECT: a ClientHello inside must name the same host
-    EgressEvent& ev = c->event;
-    if (tls) {
-      ev.kind = EgressEvent::Kind::kTls;
-      port = c->original->port();
-      ev.port = port;
-      if (hello.state == ClientHelloScan::State::kInvalid || hello.sni.empty()) {
-        ev.name = hello.sni;
-        Deny(*c, Verdict{false, "sni",
-                         hello.sni.empty() && hello.state != ClientHelloScan::State::kInvalid
-                             ? "TLS ClientHello without a server name (SNI)"
-                             : "malformed TLS ClientHello: " + hello.error});
+    HeadRead first = co_await ReadHead(c, /*allow_tls=*/c->original.has_value());
+    switch (first.kind) {
+      case HeadRead::Kind::kGone:
         Close(c);
-        co_return;
-      }
-      ev.sni = hello.sni;
-      host = hello.sni;
-      forward = buf;
-      if (ParseIpLiteral(host) || LooksLikeIpv4(host)) {
-        ev.name = host;
-        Deny(*c, Verdict{false, "sni", "TLS server name " + host + " is an address, not a name"});
-        Close(c);
-        co_return;
-      }
-    } else {
-      auto head = ParseHead(std::string_view(buf).substr(0, head_end));
-      std::string refusal;
-      auto refuse = [&refusal](int status, std::string_view phrase, std::string_view why) {
-        refusal = HttpReply(status, phrase, why);
-      };
-      std::optional<Authority> target;
-      std::string path;
-      std::vector<std::string_view> hosts;
-      if (!head) {
-        refuse(400, "Bad Request", head.error().message());
-      } else {
-        hosts = head->Values("host");
-        if (hosts.size() > 1) refuse(400, "Bad Request", "more than one Host header");
-        if (!hosts.empty()) ev.host = std::string(hosts[0]);
-      }
-      if (refusal.empty() && head->method == "CONNECT") {
-        ev.kind = EgressEvent::Kind::kConnect;
-        target = SplitAuthority(head->target);
-        if (transparent) {
-          refuse(400, "Bad Request", "CONNECT is for the explicit proxy");
-        } else if (!target || !target->port) {
-          refuse(400, "Bad Request", "CONNECT needs host:port");
-        }
-        inspect_tls = true;
-        forward = buf.substr(head_end);  // bytes the client sent ahead of our 200
-      } else if (refusal.empty()) {
-        ev.kind = EgressEvent::Kind::kHttp;
-        std::string_view t = head->target;
-        if (t.size() > 7 && IEquals(t.substr(0, 7), "http://")) {
-          std::string_view rest = t.substr(7);
-          size_t slash = rest.find_first_of("/?#");
-          target = SplitAuthority(rest.substr(0, slash));
-          path = slash == std::string_view::npos ? "/" : std::string(rest.substr(slash));
-          if (!path.empty() && path[0] != '/') path = "/" + path;
-          if (rest.substr(0, slash).find('@') != std::string_view::npos) {
-            refuse(400, "Bad Request", "user information in a URL is not accepted");
-          } else if (!target) {
-            refuse(400, "Bad Request", "malformed URL authority");
-          } else if (auto h = hosts.empty() ? std::nullopt : SplitAuthority(hosts[0]);
-                     !hosts.empty() && (!h || !SameHost(h->host, target->host))) {
-            refuse(403, "Forbidden", "the Host header differs from the URL's host");
-          }
-        } else if (t.size() > 8 && IEquals(t.substr(0, 8), "https://")) {
-          refuse(400, "Bad Request", "send https through CONNECT");
-        } else if (!transparent) {
-          refuse(400, "Bad Request",
-                 "this is an egress proxy: send CONNECT host:port or an absolute http:// URL");
-        } else if (t[0] != '/') {
-          refuse(400, "Bad Request", "malformed request target");
-        } else if (hosts.empty()) {
-          refuse(400, "Bad Request", "no Host header");
-        } else {
-          target = SplitAuthority(hosts[0]);
-          path = std::string(t);
-          if (!target) refuse(400, "Bad Request", "malformed Host header");
-        }
-        if (refusal.empty() && !head->Values("transfer-encoding").empty()) {
-          refuse(501, "Not Implemented", "request bodies with Transfer-Encoding are not supported");
-        }
-        auto lengths = head->Values("content-length");
-        if (refusal.empty() && lengths.size() > 1) {
-          refuse(400, "Bad Request", "more than one Content-Length header");
-        } else if (refusal.empty() && lengths.size() == 1) {
-          std::string_view v = lengths[0];
-          bool ok = !v.empty() && v.size() <= 15;
-          for (char ch : v) ok = ok && ch >= '0' && ch <= '9';
-          if (!ok) {
-            refuse(400, "Bad Request", "malformed Content-Length");
-          } else {
-            body_left = std::stoull(std::string(v));
-          }
-        }
-        if (refusal.empty()) {
-          // Origin-form, Host from the target, one request per connection.
-          forward = head->method + " " + path + " HTTP/1.1\r\n";
-          forward += "Host: " +
-                     (target->host.find(':') != std::string::npos ? "[" + target->host + "]"
-                                                                   : target->host) +
-                     (target->port ? ":" + std::to_string(*target->port) : "") + "\r\n";
-          for (const auto& [k, v] : head->headers) {
-            if (IEquals(k, "host") || IEquals(k, "connection") || IEquals(k, "proxy-connection") ||
-                IEquals(k, "keep-alive") || IEquals(k, "proxy-authorization") ||
-                IEquals(k, "upgrade")) {
-              continue;
-            }
-            forward += k + ": " + v + "\r\n";
-          }
-          forward += "Connection: close\r\n\r\n";
-          std::string_view body = std::string_view(buf).substr(head_end);
-          body = body.substr(0, std::min<uint64_t>(body.size(), body_left));
-          forward += body;
-          body_left -= body.size();
-        }
-      }
-      if (refusal.empty()) {
-        host = target->host;
-        if (transparent) {
-          port = c->original->port();
-          if (target->port && *target->port != port) {
-            ev.name = host;
-            ev.port = port;
-            Deny(*c, Verdict{false, "port",
-                             "the Host header's port differs from the port dialled (" +
-                                 std::to_string(port) + ")"});
-            refuse(403, "Forbidden", c->event.reason);
-          }
-        } else {
-          port = target->port.value_or(80);
-        }
-      }
-      if (!refusal.empty()) {
-        if (c->event.rule.empty()) {  // not yet reported as a policy denial
-          std::string why = refusal.substr(refusal.rfind("egress: ") + 8);
-          if (!why.empty() && why.back() == '\n') why.pop_back();
-          Deny(*c, Verdict{false, "malformed", why});
-        }
-        co_await Refuse(c, refusal);
-        co_return;
-      }
+        break;
+      case HeadRead::Kind::kTls:
+        co_await ServeTls(self, c, std::move(first.hello));
+        break;
+      case HeadRead::Kind::kTooLarge:
+      case HeadRead::Kind::kHttp:
+        co_await ServeHttp(self, c, first);
+        break;
     }
-    ev.port = port;
+  }
 
-    // 3. The verdict, and the addresses to dial.
-    std::vector<IpAddress> addresses;
-    Verdict verdict;
-    ev.name = host;
+  // --- Judging and dialling ---
+
+  // The verdict on `host` (a name or an address literal) at `port`, and the addresses it allows.
+  // `dial_original` (open mode, transparent): the original destination is judged as an address,
+  // `host` as a name if it is one ("" or an address: no name), and the original is what is dialled.
+  asio::awaitable<Decision> Judge(std::shared_ptr<Connection> c, std::string host, uint16_t port,
+                                  bool dial_original) {
+    Decision d;
+    d.dest.port = port;
+    if (dial_original) {
+      d.dest.by = JudgedBy::kNameAndAddress;
+      if (!host.empty() && !IsAddress(host)) d.dest.name = NormaliseName(host).value_or(host);
+      d.dest.address = Unmap(c->original->address());
+      d.shown = d.dest.address;
+      d.verdict = Rejudge(c->policy, d.dest);
+      if (d.verdict.allowed) d.addresses.push_back(d.dest.address);
+      co_return d;
+    }
     if (auto literal = ParseIpLiteral(host)) {
-      c->by_address = true;
-      verdict = c->policy.CheckAddress(*literal, port);
-      ev.dest = *literal;
-      addresses.push_back(Unmap(*literal));
-    } else {
-      if (auto normal = NormaliseName(host)) ev.name = *normal;
-      verdict = c->policy.CheckName(host, port);
-      if (verdict.allowed) {
-        auto resolve = [this, name = ev.name] { return hooks.resolve(name); };
-        Result<std::vector<IpAddress>> resolved = co_await OnPool(pool, resolve);
-        if (!resolved || resolved->empty()) {
-          verdict = Verdict{false, "resolve",
-                            "cannot resolve " + ev.name +
-                                (resolved ? std::string(": no addresses")
-                                          : ": " + resolved.error().message())};
-        } else {
-          std::optional<Verdict> first_denial;
-          for (const auto& ip : *resolved) {
-            Verdict v = c->policy.CheckResolved(verdict, ip, port);
-            if (v.allowed) {
-              addresses.push_back(Unmap(ip));
-            } else if (!first_denial) {
-              first_denial = v;
-              ev.dest = ip;
-            }
-          }
-          if (addresses.empty()) verdict = *first_denial;
-        }
+      d.dest.by = JudgedBy::kAddress;
+      d.dest.name = host;
+      d.dest.address = Unmap(*literal);
+      d.shown = *literal;
+      d.verdict = c->policy.CheckAddress(*literal, port);
+      if (d.verdict.allowed) d.addresses.push_back(d.dest.address);
+      co_return d;
+    }
+    d.dest.by = JudgedBy::kName;
+    d.dest.name = NormaliseName(host).value_or(host);
+    d.verdict = c->policy.CheckName(host, port);
+    if (!d.verdict.allowed) co_return d;
+    auto resolve = [this, name = d.dest.name] { return hooks.resolve(name); };
+    Result<std::vector<IpAddress>> resolved = co_await OnPool(pool, resolve);
+    if (!resolved || resolved->empty()) {
+      d.verdict = Verdict{
+          false, "resolve",
+          "cannot resolve " + d.dest.name +
+              (resolved ? std::string(": no addresses") : ": " + resolved.error().message())};
+      co_return d;
+    }
+    std::optional<Verdict> first_denial;
+    for (const auto& ip : *resolved) {
+      Verdict v = c->policy.CheckResolved(d.verdict, ip, port);
+      if (v.allowed) {
+        d.addresses.push_back(Unmap(ip));
+      } else if (!first_denial) {
+        first_denial = v;
+        d.shown = ip;
       }
     }
-    if (c->closed) co_return;  // timed out or rechecked meanwhile
-    if (!verdict.allowed) {
-      Deny(*c, verdict);
-      if (tls) {
-        Close(c);
-      } else {
-        std::string reply = HttpReply(verdict.rule == "resolve" ? 502 : 403,
-                                      verdict.rule == "resolve" ? "Bad Gateway" : "Forbidden",
-                                      verdict.reason);
-        co_await Refuse(c, reply);
-      }
-      co_return;
-    }
+    if (d.addresses.empty()) d.verdict = *first_denial;
+    co_return d;
+  }
 
-    // 4. Connect: the first address that answers, never the one a transparent client chose.
+  // Dials d.addresses in order, the first that answers. Connected: c->upstream open, c->dest set,
+  // the verdict sent (allowed) and kept in c->link. Not: its refusal event is sent (rule connect)
+  // and the caller answers the client, unless the connection was closed meanwhile.
+  asio::awaitable<bool> Connect(std::shared_ptr<Connection> c, EgressEvent& ev, Decision& d) {
     SetDeadline(*c, limits.connect_timeout);
-    bool connected = false;
-    for (const auto& ip : addresses) {
-      error_code cec;
-      c->upstream.close(cec);
+    for (const auto& ip : d.addresses) {
+      error_code ec;
+      c->upstream.close(ec);
       if (hooks.open_socket) {
         auto fd = hooks.open_socket(ip.is_v4() ? AF_INET : AF_INET6, SOCK_STREAM);
         if (!fd) continue;
-        c->upstream.assign(ip.is_v4() ? tcp::v4() : tcp::v6(), fd->get(), cec);
-        if (cec) continue;
+        c->upstream.assign(ip.is_v4() ? tcp::v4() : tcp::v6(), fd->get(), ec);
+        if (ec) continue;
         (void)fd->Release();
       }
-      co_await c->upstream.async_connect(tcp::endpoint(ip, port),
-                                         asio::redirect_error(asio::use_awaitable, cec));
-      if (c->closed) co_return;
-      if (!cec) {
-        connected = true;
+      co_await c->upstream.async_connect(tcp::endpoint(ip, d.dest.port),
+                                         asio::redirect_error(asio::use_awaitable, ec));
+      if (c->closed) co_return false;
+      if (!ec) {
+        c->upstream.set_option(tcp::no_delay(true), ec);
+        d.dest.address = ip;
         ev.dest = ip;
-        break;
+        ev.allowed = true;
+        ev.rule = d.verdict.rule;
+        ev.reason = d.verdict.reason;
+        Emit(ev);
+        c->link = ev;
+        {
+          std::lock_guard lock(mu);
+          c->dest = d.dest;
+        }
+        SetDeadline(*c, limits.idle_timeout);
+        co_return true;
       }
     }
-    ev.allowed = true;
-    ev.rule = verdict.rule;
-    ev.reason = verdict.reason;
-    Emit(ev);
-    if (!connected) {
-      if (tls) {
-        Close(c);
-      } else {
-        std::string reply = HttpReply(502, "Bad Gateway", "cannot connect to " + HostPort(host, port));
-        co_await Refuse(c, reply);
-      }
-      co_return;
-    }
-    {
-      std::lock_guard lock(mu);
-      c->connected = true;
-    }
-    SetDeadline(*c, limits.idle_timeout);
-
-    // 5. Splice.
-    if (ev.kind == EgressEvent::Kind::kConnect) {
-      static constexpr std::string_view kEstablished = "HTTP/1.1 200 Connection established\r\n\r\n";
-      co_await asio::async_write(c->client, asio::buffer(kEstablished),
-                                 asio::redirect_error(asio::use_awaitable, ec));
-      if (ec) {
-        Close(c);
-        co_return;
-      }
-    }
-    c->pumps = 2;
-    const bool http = ev.kind == EgressEvent::Kind::kHttp;
-    asio::co_spawn(io, PumpUp(self, c, std::move(forward), http, body_left,
-                              inspect_tls && !c->by_address),
-                   asio::detached);
-    asio::co_spawn(io, PumpDown(self, c, http), asio::detached);
+    error_code ignored;
+    c->upstream.close(ignored);
+    if (!d.addresses.empty()) ev.dest = d.addresses.front();
+    const std::string target = d.dest.name.empty() ? HostPort(d.dest.address, d.dest.port)
+                                                   : HostPort(d.dest.name, d.dest.port);
+    d.verdict = Verdict{false, "connect", "cannot connect to " + target};
+    Deny(ev, d.verdict);
+    co_return false;
   }
 
-  // Sandbox -> destination. `budget`: HTTP forwards only the declared body, then stops reading.
-  // `inspect`: a CONNECT tunnel whose first bytes, if TLS, must name the CONNECT host.
-  // `self` keeps the state alive while the pump runs.
-  asio::awaitable<void> PumpUp([[maybe_unused]] std::shared_ptr<State> self, std::shared_ptr<Connection> c,
-                               std::string first, bool http, uint64_t budget, bool inspect) {
+  // --- TLS, transparent ---
+
+  asio::awaitable<void> ServeTls(std::shared_ptr<State> self, std::shared_ptr<Connection> c,
+                                 ClientHelloScan hello) {
+    EgressEvent ev = NewEvent(*c, EgressEvent::Kind::kTls);
+    const uint16_t port = c->original->port();
+    const bool open = c->policy.mode() == NetworkMode::kOpen;
+    ev.port = port;
+    ev.sni = hello.sni;
+    ev.name = hello.sni;
+    std::optional<Verdict> refused;
+    if (hello.state == ClientHelloScan::State::kNeedMore) {
+      refused =
+          Verdict{false, "sni",
+                  "TLS ClientHello over " + std::to_string(limits.max_header_bytes) + " bytes"};
+    } else if (hello.state == ClientHelloScan::State::kInvalid) {
+      refused = Verdict{false, "sni", "malformed TLS ClientHello: " + hello.error};
+    } else if (!open && hello.sni.empty()) {
+      refused = Verdict{false, "sni", "TLS ClientHello without a server name (SNI)"};
+    } else if (!open && IsAddress(hello.sni)) {
+      refused =
+          Verdict{false, "sni", "TLS server name " + hello.sni + " is an address, not a name"};
+    }
+    if (refused) {
+      co_await Refuse(c, ev, *refused, /*http_client=*/false);
+      co_return;
+    }
+    // Open mode: no SNI (or an address as SNI) names nothing; the address alone is judged.
+    Decision d = co_await Judge(c, hello.sni, port, /*dial_original=*/open);
+    if (c->closed) co_return;
+    if (!d.dest.name.empty()) ev.name = d.dest.name;
+    if (ev.name.empty()) ev.name = d.dest.address.to_string();
+    ev.dest = d.shown;
+    if (!d.verdict.allowed) {
+      co_await Refuse(c, ev, d.verdict, /*http_client=*/false);
+      co_return;
+    }
+    if (!co_await Connect(c, ev, d)) {
+      Close(c);
+      co_return;
+    }
+    std::string first = std::move(c->in);  // the ClientHello, forwarded unchanged
+    c->in.clear();
+    StartTunnel(self, c, std::move(first), /*inspect=*/false);
+  }
+
+  // --- HTTP: explicit (CONNECT, absolute-form) and transparent, with keep-alive ---
+
+  asio::awaitable<void> ServeHttp(std::shared_ptr<State> self, std::shared_ptr<Connection> c,
+                                  HeadRead read) {
+    for (bool first = true;; first = false) {
+      EgressEvent ev = NewEvent(*c, EgressEvent::Kind::kHttp);
+      if (!first) {
+        SetDeadline(*c, limits.keep_alive_timeout);
+        read = co_await ReadHead(c, /*allow_tls=*/false);
+        if (read.kind == HeadRead::Kind::kGone) {
+          Close(c);
+          co_return;
+        }
+        // Each request is judged by the policy as it is now.
+        std::optional<NetworkPolicy> policy = hooks.policy_for(c->client_ip);
+        if (!policy) {
+          Close(c);
+          co_return;
+        }
+        c->policy = std::move(*policy);
+      }
+      if (read.kind == HeadRead::Kind::kTooLarge) {
+        Verdict v{false, "too-large",
+                  "request head over " + std::to_string(limits.max_header_bytes) + " bytes"};
+        co_await Refuse(c, ev, v, /*http_client=*/true);
+        co_return;
+      }
+      SetDeadline(*c, limits.idle_timeout);
+      auto head = http::ParseRequestHead(std::string_view(c->in).substr(0, read.head_end));
+      std::optional<Verdict> refused;
+      if (!head) {
+        refused = Verdict{false, "malformed", head.error().message()};
+      } else if (auto hosts = head->Values("host"); hosts.size() > 1) {
+        refused = Verdict{false, "malformed", "more than one Host header"};
+      } else if (!hosts.empty()) {
+        ev.host = std::string(hosts[0]);
+      }
+      if (!refused && head->method == "CONNECT") {
+        ev.kind = EgressEvent::Kind::kConnect;
+        co_await ServeConnect(self, c, *head, read.head_end, ev);
+        co_return;
+      }
+      Request req;
+      if (!refused) {
+        auto prepared = Prepare(*c, *head, ev);
+        if (prepared) {
+          req = std::move(*prepared);
+        } else {
+          refused = prepared.error();
+        }
+      }
+      if (!refused && req.framing.kind == http::Framing::Kind::kChunked) {
+        // The part of a chunked body already here is checked before anything is dialled, so
+        // that a malformed one is a clean 400 (later parts are checked as they come).
+        http::ChunkedDecoder probe;
+        std::string ignored;
+        auto checked = probe.Feed(std::string_view(c->in).substr(read.head_end), &ignored);
+        if (!checked) refused = Verdict{false, "malformed", checked.error().message()};
+      }
+      if (refused) {
+        co_await Refuse(c, ev, *refused, /*http_client=*/true);
+        co_return;
+      }
+      c->in.erase(0, read.head_end);
+
+      bool done = false;
+      for (int attempt = 0; !done; ++attempt) {
+        // An upstream connection to the same destination is reused, judged again; else one is
+        // opened for this request.
+        const bool dial_original = c->original && c->policy.mode() == NetworkMode::kOpen;
+        const std::string key = (dial_original ? c->original->address().to_string()
+                                               : NormaliseName(req.host).value_or(req.host)) +
+                                "|" + std::to_string(req.port);
+        bool reused = false;
+        if (c->upstream.is_open() && c->link_key == key && UpstreamIdle(*c)) {
+          Destination dest = *c->dest;
+          if (dest.by == JudgedBy::kNameAndAddress) {
+            dest.name = IsAddress(req.host) ? "" : NormaliseName(req.host).value_or(req.host);
+          }
+          Verdict v = Rejudge(c->policy, dest);
+          ev.name = dest.name.empty() ? dest.address.to_string() : dest.name;
+          ev.dest = dest.address;
+          ev.port = req.port;
+          if (!v.allowed) {
+            co_await Refuse(c, ev, v, /*http_client=*/true);
+            co_return;
+          }
+          ev.allowed = true;
+          ev.rule = v.rule;
+          ev.reason = v.reason;
+          Emit(ev);
+          {
+            std::lock_guard lock(mu);
+            c->dest = dest;
+          }
+          reused = true;
+        } else {
+          CloseUpstream(*c);
+          Decision d = co_await Judge(c, req.host, req.port, dial_original);
+          if (c->closed) co_return;
+          ev.name = d.dest.name.empty() ? d.dest.address.to_string() : d.dest.name;
+          ev.dest = d.shown;
+          ev.port = req.port;
+          if (!d.verdict.allowed) {
+            co_await Refuse(c, ev, d.verdict, /*http_client=*/true);
+            co_return;
+          }
+          if (!co_await Connect(c, ev, d)) {
+            std::string reply = DenyReply(d.verdict);
+            if (!c->closed) co_await Finish(c, std::move(reply));
+            co_return;
+          }
+          c->link_key = key;
+        }
+
+        // The head, then the body beside the response (a server may answer before the body
+        // ends, or only after a 100 Continue).
+        std::string out = req.head;
+        switch (req.framing.kind) {
+          case http::Framing::Kind::kLength:
+            out += "Content-Length: " + std::to_string(req.framing.length) + "\r\n";
+            break;
+          case http::Framing::Kind::kChunked:
+            out += "Transfer-Encoding: chunked\r\n";
+            break;
+          default:
+            break;
+        }
+        if (!req.client_keeps) out += "Connection: close\r\n";
+        out += "\r\n";
+        error_code ec;
+        co_await asio::async_write(c->upstream, asio::buffer(out),
+                                   asio::redirect_error(asio::use_awaitable, ec));
+        if (c->closed) co_return;
+        c->link.bytes_up += out.size();
+        auto upload = std::make_shared<Upload>();
+        if (!ec) {
+          asio::co_spawn(io, SendBody(self, c, req.framing, upload), asio::detached);
+        } else {
+          upload->finished = true;
+        }
+        Exchange x;
+        if (ec) {
+          x.why = ec.message();
+        } else {
+          x = co_await ForwardResponse(c, req);
+        }
+        if (c->closed) co_return;
+        switch (x.outcome) {
+          case Exchange::Outcome::kNoResponse: {
+            // A kept-alive upstream the server closed while it sat idle: once more on a new one
+            // (only without a body: a body may be half sent).
+            if (reused && x.nothing_read && attempt == 0 &&
+                req.framing.kind == http::Framing::Kind::kNone) {
+              CloseUpstream(*c);
+              continue;
+            }
+            Verdict v = !upload->malformed.empty()
+                            ? Verdict{false, "malformed", upload->malformed}
+                            : Verdict{false, "upstream",
+                                      "no valid response from " + HostPort(ev.name, req.port) +
+                                          ": " + x.why};
+            Deny(ev, v);
+            std::string reply = DenyReply(v);
+            co_await Finish(c, std::move(reply), /*linger=*/upload->finished);
+            co_return;
+          }
+          case Exchange::Outcome::kBroken:
+            Close(c);
+            co_return;
+          case Exchange::Outcome::kComplete:
+            done = true;
+            break;
+        }
+        if (!upload->done) {  // the server answered before the body ended
+          Close(c);
+          co_return;
+        }
+        if (!x.upstream_may_continue) CloseUpstream(*c);
+        if (!x.client_may_continue) {
+          std::string no_reply;
+          co_await Finish(c, std::move(no_reply));
+          co_return;
+        }
+      }
+    }
+  }
+
+  // The request's destination and the head to forward, or the refusal. Origin-form, Host from the
+  // URL (or the client's Host), without the hop-by-hop fields, those the Connection field lists,
+  // and the framing fields (written from the framing the proxy read).
+  std::expected<Request, Verdict> Prepare(const Connection& c, const http::Head& head,
+                                          EgressEvent& ev) {
+    auto refuse = [](std::string rule, std::string why) {
+      return std::unexpected(Verdict{false, std::move(rule), std::move(why)});
+    };
+    const bool transparent = c.original.has_value();
+    const bool open = c.policy.mode() == NetworkMode::kOpen;
+    const auto hosts = head.Values("host");
+    std::optional<Authority> target;
+    std::string path;
+    std::string_view t = head.target;
+    if (t.size() > 7 && IEquals(t.substr(0, 7), "http://")) {
+      std::string_view rest = t.substr(7);
+      const size_t slash = rest.find_first_of("/?#");
+      const std::string_view authority = rest.substr(0, slash);
+      path = slash == std::string_view::npos ? "/" : std::string(rest.substr(slash));
+      if (path[0] != '/') path = "/" + path;
+      if (authority.find('@') != std::string_view::npos) {
+        return refuse("malformed", "user information in a URL is not accepted");
+      }
+      target = SplitAuthority(authority);
+      if (!target) return refuse("malformed", "malformed URL authority");
+      if (!hosts.empty()) {
+        auto h = SplitAuthority(hosts[0]);
+        if (!h || !SameHost(h->host, target->host)) {
+          ev.name = target->host;
+          return refuse("host-mismatch", "the Host header differs from the URL's host");
+        }
+      }
+    } else if (t.size() > 8 && IEquals(t.substr(0, 8), "https://")) {
+      return refuse("malformed", "send https through CONNECT");
+    } else if (!transparent) {
+      return refuse("malformed",
+                    "this is an egress proxy: send CONNECT host:port or an absolute http:// URL");
+    } else if (t[0] != '/') {
+      return refuse("malformed", "malformed request target");
+    } else {
+      path = std::string(t);
+      if (!hosts.empty()) {
+        target = SplitAuthority(hosts[0]);
+        if (!target) return refuse("malformed", "malformed Host header");
+      } else if (!open) {
+        return refuse("malformed", "no Host header");
+      }  // open mode without a Host: judged by the address alone
+    }
+    Request req;
+    req.method = head.method;
+    if (target) req.host = target->host;
+    if (transparent) {
+      req.port = c.original->port();
+      if (target && target->port && *target->port != req.port) {
+        ev.name = target->host;
+        ev.port = req.port;
+        return refuse("port", "the Host header's port differs from the port dialled (" +
+                                  std::to_string(req.port) + ")");
+      }
+    } else {
+      req.port = target->port.value_or(80);
+    }
+    auto framing = http::RequestFraming(head);
+    if (!framing) return refuse("malformed", framing.error().message());
+    req.framing = *framing;
+    req.http10 = head.version == "HTTP/1.0";
+    req.client_keeps = !req.http10 && !head.ConnectionHas("close");
+
+    req.head = head.method + " " + path + " HTTP/1.1\r\n";
+    if (target) req.head += "Host: " + HostField(*target) + "\r\n";
+    const std::vector<std::string> listed = head.ConnectionOptions();
+    for (const auto& [k, v] : head.fields) {
+      if (IEquals(k, "host") || IEquals(k, "content-length") || http::IsHopByHop(k)) continue;
+      bool is_listed = false;
+      for (const std::string& l : listed) is_listed = is_listed || IEquals(k, l);
+      if (!is_listed) req.head += k + ": " + v + "\r\n";
+    }
+    return req;
+  }
+
+  // A kept-alive upstream connection still usable: nothing to read (no EOF, no stray bytes).
+  static bool UpstreamIdle(Connection& c) {
+    char byte;
+    const ssize_t n = ::recv(c.upstream.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+  }
+
+  // The request body, client -> upstream, as the framing says; what follows it stays in c->in.
+  // A malformed chunked body, or one the client ends early, stops it: the upstream connection is
+  // closed (it has had a prefix of well-formed chunks, never a whole message), and `upload` says
+  // why.
+  asio::awaitable<void> SendBody([[maybe_unused]] std::shared_ptr<State> self,
+                                 std::shared_ptr<Connection> c, http::Framing framing,
+                                 std::shared_ptr<Upload> upload) {
+    struct Finished {
+      Upload& u;
+      ~Finished() { u.finished = true; }
+    } finished{*upload};
+    auto refuse = [&](std::string why) {
+      upload->malformed = std::move(why);
+      error_code ignored;
+      c->upstream.close(ignored);  // the response will never come: stop waiting for it
+    };
+    error_code ec;
+    std::vector<char> chunk(kChunkBytes);
+    auto up = [&](std::string_view bytes) -> asio::awaitable<bool> {
+      if (bytes.empty()) co_return true;
+      co_await asio::async_write(c->upstream, asio::buffer(bytes.data(), bytes.size()),
+                                 asio::redirect_error(asio::use_awaitable, ec));
+      c->link.bytes_up += bytes.size();
+      co_return !ec && !c->closed;
+    };
+    auto read = [&]() -> asio::awaitable<size_t> {
+      size_t n = co_await c->client.async_read_some(asio::buffer(chunk),
+                                                    asio::redirect_error(asio::use_awaitable, ec));
+      if (c->closed) co_return 0;
+      if (ec) {
+        refuse("the request body ended early: " + ec.message());
+        co_return 0;
+      }
+      SetDeadline(*c, limits.idle_timeout);
+      co_return n;
+    };
+    if (framing.kind == http::Framing::Kind::kLength) {
+      uint64_t left = framing.length;
+      while (left > 0) {
+        if (c->in.empty()) {
+          size_t n = co_await read();
+          if (n == 0) co_return;
+          c->in.append(chunk.data(), n);
+        }
+        const size_t take = static_cast<size_t>(std::min<uint64_t>(left, c->in.size()));
+        std::string part = TakeFront(c->in, take);
+        left -= take;
+        if (!co_await up(part)) co_return;
+      }
+    } else if (framing.kind == http::Framing::Kind::kChunked) {
+      http::ChunkedDecoder decoder;
+      while (!decoder.done()) {
+        if (c->in.empty()) {
+          size_t n = co_await read();
+          if (n == 0) co_return;
+          c->in.append(chunk.data(), n);
+        }
+        std::string data;
+        auto used = decoder.Feed(c->in, &data);
+        if (!used) {
+          refuse(used.error().message());
+          co_return;
+        }
+        c->in.erase(0, *used);
+        std::string encoded = http::EncodeChunk(data);
+        if (!co_await up(encoded)) co_return;
+      }
+      if (!co_await up(http::kLastChunk)) co_return;
+    }
+    upload->done = true;
+  }
+
+  // The response, upstream -> client: interim 1xx responses, then the final one, its head
+  // rewritten (hop-by-hop fields out, the framing written by the proxy) and its body forwarded as
+  // its framing says.
+  asio::awaitable<Exchange> ForwardResponse(std::shared_ptr<Connection> c, const Request& req) {
+    Exchange x;
+    std::string& buf = c->from_upstream;
+    std::vector<char> chunk(kChunkBytes);
+    error_code ec;
+    bool sent = false;  // bytes of a response reached the client
+    auto read = [&]() -> asio::awaitable<bool> {
+      size_t n = co_await c->upstream.async_read_some(
+          asio::buffer(chunk), asio::redirect_error(asio::use_awaitable, ec));
+      if (ec || c->closed) co_return false;
+      x.nothing_read = false;
+      buf.append(chunk.data(), n);
+      SetDeadline(*c, limits.idle_timeout);
+      co_return true;
+    };
+    auto down = [&](std::string_view bytes) -> asio::awaitable<bool> {
+      if (bytes.empty()) co_return true;
+      co_await asio::async_write(c->client, asio::buffer(bytes.data(), bytes.size()),
+                                 asio::redirect_error(asio::use_awaitable, ec));
+      c->link.bytes_down += bytes.size();
+      sent = true;
+      co_return !ec && !c->closed;
+    };
+    auto failed = [&](std::string why) {
+      x.outcome = sent ? Exchange::Outcome::kBroken : Exchange::Outcome::kNoResponse;
+      x.why = std::move(why);
+      return x;
+    };
+    while (true) {
+      size_t end;
+      while ((end = buf.find("\r\n\r\n")) == std::string::npos) {
+        if (buf.size() > limits.max_response_header_bytes) {
+          co_return failed("response head over " +
+                           std::to_string(limits.max_response_header_bytes) + " bytes");
+        }
+        if (!co_await read()) {
+          co_return failed(ec == asio::error::eof ? "the server closed the connection"
+                                                  : ec.message());
+        }
+      }
+      auto head = http::ParseResponseHead(std::string_view(buf).substr(0, end + 4));
+      if (!head) co_return failed("malformed response: " + head.error().message());
+      auto framing = http::ResponseFraming(*head, req.method);
+      if (!framing) co_return failed("malformed response: " + framing.error().message());
+      if (head->status == 101) co_return failed("the server switched protocols (101)");
+      buf.erase(0, end + 4);
+      const bool interim = head->status / 100 == 1;
+      if (interim && req.http10) continue;  // HTTP/1.0 has no interim responses
+      const bool chunked = framing->kind == http::Framing::Kind::kChunked;
+      const bool until_close = framing->kind == http::Framing::Kind::kUntilClose;
+      // An HTTP/1.0 client gets a chunked body de-chunked, ended by the close.
+      const bool client_keeps = req.client_keeps && !until_close;
+
+      std::string out = "HTTP/1.1 " + std::to_string(head->status) + " " + head->reason + "\r\n";
+      const std::vector<std::string> listed = head->ConnectionOptions();
+      for (const auto& [k, v] : head->fields) {
+        if (http::IsHopByHop(k)) continue;
+        // A body-less response's Content-Length describes the representation: kept.
+        if (IEquals(k, "content-length") && framing->kind != http::Framing::Kind::kNone) continue;
+        bool is_listed = false;
+        for (const std::string& l : listed) is_listed = is_listed || IEquals(k, l);
+        if (!is_listed) out += k + ": " + v + "\r\n";
+      }
+      if (framing->kind == http::Framing::Kind::kLength) {
+        out += "Content-Length: " + std::to_string(framing->length) + "\r\n";
+      } else if (chunked && !req.http10) {
+        out += "Transfer-Encoding: chunked\r\n";
+      } else if (until_close) {
+        for (std::string_view coding : head->Values("transfer-encoding")) {
+          out += "Transfer-Encoding: " + std::string(coding) + "\r\n";
+        }
+      }
+      if (!interim && !client_keeps) out += "Connection: close\r\n";
+      out += "\r\n";
+      if (!co_await down(out)) co_return failed(ec.message());
+      if (interim) continue;
+
+      switch (framing->kind) {
+        case http::Framing::Kind::kNone:
+          break;
+        case http::Framing::Kind::kLength: {
+          uint64_t left = framing->length;
+          while (left > 0) {
+            if (buf.empty() && !co_await read()) co_return failed("the response ended early");
+            const size_t take = static_cast<size_t>(std::min<uint64_t>(left, buf.size()));
+            std::string part = TakeFront(buf, take);
+            left -= take;
+            if (!co_await down(part)) co_return failed(ec.message());
+          }
+          break;
+        }
+        case http::Framing::Kind::kChunked: {
+          http::ChunkedDecoder decoder;
+          while (!decoder.done()) {
+            if (buf.empty() && !co_await read()) co_return failed("the response ended early");
+            std::string data;
+            auto used = decoder.Feed(buf, &data);
+            if (!used) co_return failed("malformed chunked response: " + used.error().message());
+            buf.erase(0, *used);
+            std::string part = req.http10 ? std::move(data) : http::EncodeChunk(data);
+            if (!co_await down(part)) co_return failed(ec.message());
+          }
+          if (!req.http10 && !co_await down(http::kLastChunk)) co_return failed(ec.message());
+          break;
+        }
+        case http::Framing::Kind::kUntilClose: {
+          while (true) {
+            std::string part = std::move(buf);
+            buf.clear();
+            if (!co_await down(part)) co_return failed(ec.message());
+            if (!co_await read()) break;
+          }
+          if (ec != asio::error::eof) co_return failed(ec.message());
+          break;
+        }
+      }
+      x.outcome = Exchange::Outcome::kComplete;
+      x.client_may_continue = client_keeps;
+      x.upstream_may_continue = !until_close && req.client_keeps && head->version == "HTTP/1.1" &&
+                                !head->ConnectionHas("close") && buf.empty();
+      co_return x;
+    }
+  }
+
+  // --- CONNECT ---
+
+  asio::awaitable<void> ServeConnect(std::shared_ptr<State> self, std::shared_ptr<Connection> c,
+                                     http::Head head, size_t head_end, EgressEvent ev) {
+    std::optional<Authority> target = SplitAuthority(head.target);
+    std::optional<Verdict> refused;
+    if (c->original) {
+      refused = Verdict{false, "malformed", "CONNECT is for the explicit proxy"};
+    } else if (!target || !target->port) {
+      refused = Verdict{false, "malformed", "CONNECT needs host:port"};
+    }
+    if (refused) {
+      co_await Refuse(c, ev, *refused, /*http_client=*/true);
+      co_return;
+    }
+    CloseUpstream(*c);         // a CONNECT after plain requests on one connection
+    c->in.erase(0, head_end);  // what is left: bytes the client sent ahead of our 200
+    Decision d = co_await Judge(c, target->host, *target->port, /*dial_original=*/false);
+    if (c->closed) co_return;
+    ev.name = d.dest.name;
+    ev.port = *target->port;
+    ev.dest = d.shown;
+    if (!d.verdict.allowed) {
+      co_await Refuse(c, ev, d.verdict, /*http_client=*/true);
+      co_return;
+    }
+    if (!co_await Connect(c, ev, d)) {
+      std::string reply = DenyReply(d.verdict);
+      if (!c->closed) co_await Finish(c, std::move(reply));
+      co_return;
+    }
+    static constexpr std::string_view kEstablished = "HTTP/1.1 200 Connection established\r\n\r\n";
+    error_code ec;
+    co_await asio::async_write(c->client, asio::buffer(kEstablished),
+                               asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      Close(c);
+      co_return;
+    }
+    std::string first = std::move(c->in);
+    c->in.clear();
+    StartTunnel(self, c, std::move(first), /*inspect=*/d.dest.by == JudgedBy::kName);
+  }
+
+  // --- Tunnels (CONNECT, transparent TLS): bytes both ways ---
+
+  void StartTunnel(const std::shared_ptr<State>& self, const std::shared_ptr<Connection>& c,
+                   std::string first, bool inspect) {
+    SetDeadline(*c, limits.idle_timeout);
+    c->pumps = 2;
+    asio::co_spawn(io, PumpUp(self, c, std::move(first), inspect), asio::detached);
+    asio::co_spawn(io, PumpDown(self, c), asio::detached);
+  }
+
+  // Sandbox -> destination. `inspect`: a CONNECT tunnel whose first bytes, if TLS, must name the
+  // CONNECT host. `self` keeps the state alive while the pump runs.
+  asio::awaitable<void> PumpUp([[maybe_unused]] std::shared_ptr<State> self,
+                               std::shared_ptr<Connection> c, std::string first, bool inspect) {
     error_code ec;
     std::vector<char> chunk(kChunkBytes);
     std::string pending = std::move(first);
@@ -695,20 +1206,21 @@ struct EgressProxy::State : std::enable_shared_from_this<EgressProxy::State> {
       if (!pending.empty() && !LooksLikeTls(pending)) break;  // not TLS: nothing to compare
       if (!pending.empty()) {
         ClientHelloScan scan = ScanClientHello(pending);
-        if (scan.state == ClientHelloScan::State::kComplete && SameHost(scan.sni, c->event.name)) {
-          c->event.sni = scan.sni;
+        if (scan.state == ClientHelloScan::State::kComplete && SameHost(scan.sni, c->link.name)) {
+          c->link.sni = scan.sni;
           break;
         }
         if (scan.state == ClientHelloScan::State::kComplete && scan.sni.empty()) break;
         if (scan.state != ClientHelloScan::State::kNeedMore ||
             pending.size() > limits.max_header_bytes) {
-          c->event.sni = scan.sni;
+          EgressEvent ev = c->link;
+          ev.sni = scan.sni;
           Verdict v{false, "sni",
                     scan.state == ClientHelloScan::State::kInvalid
                         ? "malformed TLS ClientHello in the tunnel: " + scan.error
                         : "TLS server name " + scan.sni + " differs from the CONNECT host " +
-                              c->event.name};
-          Deny(*c, v);
+                              c->link.name};
+          Deny(ev, v);
           Close(c);
           co_return;
         }
@@ -722,44 +1234,42 @@ struct EgressProxy::State : std::enable_shared_from_this<EgressProxy::State> {
     if (!pending.empty() && !c->closed) {
       co_await asio::async_write(c->upstream, asio::buffer(pending),
                                  asio::redirect_error(asio::use_awaitable, ec));
-      c->event.bytes_up += pending.size();
+      c->link.bytes_up += pending.size();
     }
-    while (!ec && !c->closed && (!http || budget > 0)) {
-      size_t want = http ? std::min<uint64_t>(budget, chunk.size()) : chunk.size();
-      size_t n = co_await c->client.async_read_some(asio::buffer(chunk.data(), want),
+    while (!ec && !c->closed) {
+      size_t n = co_await c->client.async_read_some(asio::buffer(chunk),
                                                     asio::redirect_error(asio::use_awaitable, ec));
       if (ec) break;
       SetDeadline(*c, limits.idle_timeout);
       co_await asio::async_write(c->upstream, asio::buffer(chunk.data(), n),
                                  asio::redirect_error(asio::use_awaitable, ec));
-      c->event.bytes_up += n;
-      if (http) budget -= n;
+      c->link.bytes_up += n;
     }
     if (ec == asio::error::eof && !c->closed) {
       error_code ignored;
       c->upstream.shutdown(tcp::socket::shutdown_send, ignored);  // pass the half-close on
-    } else if (ec && !http) {
+    } else if (ec) {
       Close(c);
     }
     if (--c->pumps == 0) Close(c);
   }
 
-  // Destination -> sandbox. For HTTP the response's end ends the connection.
-  asio::awaitable<void> PumpDown([[maybe_unused]] std::shared_ptr<State> self, std::shared_ptr<Connection> c,
-                                 bool http) {
+  // Destination -> sandbox.
+  asio::awaitable<void> PumpDown([[maybe_unused]] std::shared_ptr<State> self,
+                                 std::shared_ptr<Connection> c) {
     error_code ec;
     std::vector<char> chunk(kChunkBytes);
     while (!c->closed) {
-      size_t n = co_await c->upstream.async_read_some(asio::buffer(chunk),
-                                                      asio::redirect_error(asio::use_awaitable, ec));
+      size_t n = co_await c->upstream.async_read_some(
+          asio::buffer(chunk), asio::redirect_error(asio::use_awaitable, ec));
       if (ec) break;
       SetDeadline(*c, limits.idle_timeout);
       co_await asio::async_write(c->client, asio::buffer(chunk.data(), n),
                                  asio::redirect_error(asio::use_awaitable, ec));
       if (ec) break;
-      c->event.bytes_down += n;
+      c->link.bytes_down += n;
     }
-    if (ec == asio::error::eof && !c->closed && !http) {
+    if (ec == asio::error::eof && !c->closed) {
       error_code ignored;
       c->client.shutdown(tcp::socket::shutdown_send, ignored);
       if (--c->pumps == 0) Close(c);
@@ -771,22 +1281,50 @@ struct EgressProxy::State : std::enable_shared_from_this<EgressProxy::State> {
 };
 
 Result<std::unique_ptr<EgressProxy>> EgressProxy::Start(asio::io_context& io,
-                                                        const tcp::endpoint& listen,
+                                                        const std::vector<tcp::endpoint>& listen,
                                                         ProxyHooks hooks, ProxyLimits limits) {
-  AIRLOCK_CHECK(hooks.policy_for && hooks.resolve);
+  AIRLOCK_CHECK(hooks.policy_for && hooks.resolve && !listen.empty());
   auto state = std::make_shared<State>(io, std::move(hooks), limits);
+  // A port the kernel picked for the first endpoint may be taken on another family: a few tries.
+  const int tries = listen[0].port() == 0 ? 8 : 1;
   error_code ec;
-  state->acceptor.open(listen.protocol(), ec);
-  if (!ec) state->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) state->acceptor.bind(listen, ec);
-  if (!ec) state->acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    return Fail(CodeForErrno(ec.value()), "egress proxy: listening on " +
-                                              listen.address().to_string() + ":" +
-                                              std::to_string(listen.port()) + ": " + ec.message());
+  tcp::endpoint failed;
+  for (int attempt = 0; attempt < tries; ++attempt) {
+    state->acceptors.clear();
+    uint16_t port = listen[0].port();
+    ec.clear();
+    for (const tcp::endpoint& requested : listen) {
+      tcp::endpoint ep(requested.address(), port);
+      auto acceptor = std::make_unique<tcp::acceptor>(io);
+      acceptor->open(ep.protocol(), ec);
+      if (!ec) acceptor->set_option(tcp::acceptor::reuse_address(true), ec);
+      if (!ec && ep.address().is_v6()) acceptor->set_option(asio::ip::v6_only(true), ec);
+      if (!ec) acceptor->bind(ep, ec);
+      if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
+      if (!ec && port == 0) port = acceptor->local_endpoint(ec).port();
+      if (ec) {
+        failed = ep;
+        break;
+      }
+      state->acceptors.push_back(std::move(acceptor));
+    }
+    if (!ec) {
+      state->listen_port = port;
+      break;
+    }
+    if (ec != asio::error::address_in_use) break;
   }
-  state->listen_port = state->acceptor.local_endpoint(ec).port();
-  asio::co_spawn(io, [state]() { return state->Accept(); }, asio::detached);
+  if (ec) {
+    state->acceptors.clear();
+    return Fail(CodeForErrno(ec.value()), "egress proxy: listening on " +
+                                              HostPort(failed.address(), failed.port()) + ": " +
+                                              ec.message());
+  }
+  for (auto& acceptor : state->acceptors) {
+    tcp::acceptor* a = acceptor.get();
+    asio::co_spawn(
+        io, [state, a]() { return state->Accept(*a); }, asio::detached);
+  }
   return std::unique_ptr<EgressProxy>(new EgressProxy(std::move(state)));
 }
 
@@ -802,27 +1340,29 @@ size_t EgressProxy::open_connections() const {
 size_t EgressProxy::Recheck(const IpAddress& raw_client) {
   const IpAddress client = Unmap(raw_client);
   std::optional<NetworkPolicy> policy = state_->hooks.policy_for(client);
-  std::vector<std::pair<std::shared_ptr<Connection>, Verdict>> doomed;
+  auto judge = [policy](const Destination& d) {
+    return policy ? Rejudge(*policy, d)
+                  : Verdict{false, "no-policy", "the sandbox no longer has a network policy"};
+  };
+  std::vector<std::shared_ptr<Connection>> doomed;
   {
     std::lock_guard lock(state_->mu);
     for (const auto& [id, c] : state_->connections) {
-      if (c->event.client != client || !c->connected || !c->event.dest) continue;
-      Verdict v;
-      if (!policy) {
-        v = Verdict{false, "no-policy", "the sandbox no longer has a network policy"};
-      } else if (c->by_address) {
-        v = policy->CheckAddress(*c->event.dest, c->event.port);
-      } else {
-        v = policy->CheckResolved(policy->CheckName(c->event.name, c->event.port),
-                                  *c->event.dest, c->event.port);
-      }
-      if (!v.allowed) doomed.emplace_back(c, std::move(v));
+      if (c->client_ip == client && c->dest && !judge(*c->dest).allowed) doomed.push_back(c);
     }
   }
-  for (auto& [c, v] : doomed) {
-    asio::post(state_->io, [state = state_, c = c, v = v] {
-      if (c->closed) return;
-      EgressEvent event = c->event;
+  for (auto& c : doomed) {
+    // Judged again on the io thread: a kept-alive connection may have moved on meanwhile.
+    asio::post(state_->io, [state = state_, c = c, judge] {
+      std::optional<Destination> dest;
+      {
+        std::lock_guard lock(state->mu);
+        dest = c->dest;
+      }
+      if (c->closed || !dest) return;
+      Verdict v = judge(*dest);
+      if (v.allowed) return;
+      EgressEvent event = c->link;
       event.phase = EgressEvent::Phase::kVerdict;
       event.allowed = false;
       event.rule = v.rule;
@@ -843,7 +1383,7 @@ void EgressProxy::Stop() {
       for (const auto& [id, c] : state->connections) all.push_back(c);
     }
     error_code ignored;
-    state->acceptor.close(ignored);
+    for (auto& acceptor : state->acceptors) acceptor->close(ignored);
     for (const auto& c : all) state->Close(c);
   });
 }

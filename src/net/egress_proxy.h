@@ -1,14 +1,21 @@
 #pragma once
-// The egress proxy: the only way out for a sandbox in network mode "allowlist". One listener
-// serves every sandbox; the client's address (its veth address) says whose policy applies.
+// The egress proxy: the only way out for a sandbox in network mode "allowlist", and the judge of
+// name rules for an "open" one whose ports 80 and 443 the firewall redirects here. One listener
+// (IPv4, and IPv6 on the same port) serves every sandbox; the client's address says whose policy
+// applies.
 //
 // A connection is one of:
 //   - explicit CONNECT host:port (a tunnel; a TLS ClientHello inside must name the same host),
-//   - explicit absolute-form HTTP (`GET http://host/path`), forwarded in origin-form,
+//   - explicit absolute-form HTTP (`GET http://host/path`), forwarded in origin-form; keep-alive:
+//     each request on the connection is judged on its own, an upstream connection is reused for
+//     the next request to the same host and port,
 //   - transparent (nftables redirected the sandbox's port 80/443 here): TLS judged by its SNI,
-//     plain HTTP by its Host header, both with the port the client dialled.
-// The proxy resolves names itself, re-checks every address (DNS rebinding, metadata), and never
-// dials the address a transparent client chose. docs/design/network.md has the details.
+//     plain HTTP by its Host header, both with the port the client dialled. In allowlist mode the
+//     proxy resolves the name and never dials the address the client chose; in open mode it
+//     judges the name (if any) and the address the client chose, and dials that address.
+// The proxy resolves names itself, re-checks every address (DNS rebinding, metadata). Request
+// bodies are framed strictly (Content-Length or chunked, never both) and forwarded in the
+// framing the proxy understood. docs/design/network.md has the details.
 //
 // Threading: the proxy runs on the io_context it is given, which one thread must run. Start,
 // Recheck and Stop may be called from any thread. The hooks are called on that thread, except
@@ -23,6 +30,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/error.h"
@@ -31,16 +39,21 @@
 
 namespace airlock::net {
 
+// One per decision: a CONNECT, each HTTP request (keep-alive follow-ups too), a transparent TLS
+// connection, a refusal of any kind (rule "malformed", "too-large", "resolve", "connect",
+// "upstream" for those that are not the policy's), a Recheck. A refusal's `reason` is the text the
+// client was sent. kClosed ends each upstream connection that was opened.
 struct EgressEvent {
   enum class Kind { kConnect, kHttp, kTls };
-  // kVerdict: a decision (also a Recheck's); kClosed: the connection ended, with its byte counts.
+  // kVerdict: a decision (also a Recheck's); kClosed: an upstream connection ended, with the
+  // bytes through it.
   enum class Phase { kVerdict, kClosed };
   Phase phase = Phase::kVerdict;
   Kind kind = Kind::kConnect;
   IpAddress client;
-  std::string name;  // what was checked: the CONNECT host, the request's host, the SNI
-  std::string sni;   // the TLS server name seen, if any
-  std::string host;  // the HTTP Host header seen, if any
+  std::string name;               // what was checked: the CONNECT host, the request's host, the SNI
+  std::string sni;                // the TLS server name seen, if any
+  std::string host;               // the HTTP Host header seen, if any
   std::optional<IpAddress> dest;  // the address dialled (or refused)
   uint16_t port = 0;
   bool allowed = false;
@@ -51,12 +64,19 @@ struct EgressEvent {
 };
 std::string_view KindName(EgressEvent::Kind kind);
 
+// Every refusal an HTTP client gets carries the rule that refused it in this header, and the reason
+// (the event's `reason`, word for word) as its one-line text/plain body.
+inline constexpr std::string_view kDenyRuleHeader = "X-Airlock-Deny-Rule";
+
 struct ProxyLimits {
   size_t max_header_bytes = 16 * 1024;  // HTTP request head, or TLS ClientHello
+  size_t max_response_header_bytes = 64 * 1024;
   std::chrono::milliseconds first_request_timeout{10'000};  // accept -> whole head read
+  // A kept-alive client connection: the end of a response -> the next whole request head.
+  std::chrono::milliseconds keep_alive_timeout{60'000};
   std::chrono::milliseconds connect_timeout{10'000};
   std::chrono::milliseconds idle_timeout{300'000};  // no byte either way
-  size_t max_connections_per_client = 256;
+  size_t max_connections_per_client = 256;  // unless the client's policy sets max_connections
   size_t max_connections = 4096;
 };
 
@@ -79,11 +99,12 @@ struct ProxyHooks {
 
 class EgressProxy {
  public:
-  // Binds and listens on `listen` (port 0: any), then accepts on `io`. policy_for and resolve
-  // must be set.
+  // Binds and listens on every endpoint of `listen`, all on one port: the first's (0: the kernel
+  // picks one, and the others take the same), then accepts on `io`. IPv6 endpoints are IPv6-only
+  // (IPv4 clients come through an IPv4 endpoint, unmapped). policy_for and resolve must be set.
   [[nodiscard]] static Result<std::unique_ptr<EgressProxy>> Start(
-      boost::asio::io_context& io, const boost::asio::ip::tcp::endpoint& listen, ProxyHooks hooks,
-      ProxyLimits limits = {});
+      boost::asio::io_context& io, const std::vector<boost::asio::ip::tcp::endpoint>& listen,
+      ProxyHooks hooks, ProxyLimits limits = {});
   // Stops (as Stop) if still running. Connections end once the io_context runs again or is
   // destroyed.
   ~EgressProxy();

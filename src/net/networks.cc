@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "common/subprocess.h"
+#include "net/address_cache.h"
 #include "net/dns.h"
 #include "net/egress_proxy.h"
 #include "net/firewall.h"
@@ -239,15 +240,12 @@ Result<std::unique_ptr<Networks>> Networks::Open(NetworksConfig config) {
   SocketFactory open_socket;
   if (n->uplink_ns_) open_socket = n->uplink_ns_->Factory();
   hooks.open_socket = open_socket;
-  hooks.resolve = [self, open_socket](const std::string& name) -> Result<std::vector<IpAddress>> {
-    for (uint16_t type : {dns::kTypeA, dns::kTypeAaaa}) {
-      auto answer =
-          dns::Resolve(name, type, self->config_.dns_upstream, kResolveTimeout, open_socket);
-      if (!answer) return std::unexpected(answer.error());
-      if (!answer->addresses.empty()) return answer->addresses;
-    }
-    return Fail(ErrorCode::kNotFound, name + " has no address");
-  };
+  // The proxy's names go through a cache of addresses (TTL honoured, at most 30 s); the proxy
+  // still judges every address it is given.
+  auto cache = std::make_shared<dns::AddressCache>([self, open_socket](const std::string& name) {
+    return dns::ResolveAddresses(name, self->config_.dns_upstream, kResolveTimeout, open_socket);
+  });
+  hooks.resolve = [cache](const std::string& name) { return cache->Resolve(name); };
   hooks.on_event = [self](const EgressEvent& e) {
     NetworkEvent event;
     event.kind = std::string(KindName(e.kind));
@@ -264,10 +262,19 @@ Result<std::unique_ptr<Networks>> Networks::Open(NetworksConfig config) {
     event.bytes_down = e.bytes_down;
     self->Record(e.client, std::move(event));
   };
-  auto proxy = EgressProxy::Start(
-      n->io_, asio::ip::tcp::endpoint(address_v4::any(), n->config_.proxy_port), hooks);
+  // IPv4 and, where the kernel has it, IPv6 (for IPv6 sandboxes), on one port.
+  auto listen = [&](uint16_t port) {
+    std::vector<asio::ip::tcp::endpoint> endpoints = {{address_v4::any(), port}};
+    if (UniqueFd probe(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0)); probe) {
+      endpoints.emplace_back(asio::ip::address_v6::any(), port);
+    }
+    ProxyLimits limits;
+    limits.max_connections_per_client = n->config_.max_connections;
+    return EgressProxy::Start(n->io_, endpoints, hooks, limits);
+  };
+  auto proxy = listen(n->config_.proxy_port);
   if (!proxy && n->config_.proxy_port != 0) {  // taken meanwhile: any port is better than none
-    proxy = EgressProxy::Start(n->io_, asio::ip::tcp::endpoint(address_v4::any(), 0), hooks);
+    proxy = listen(0);
   }
   if (!proxy) return std::unexpected(proxy.error().Wrap("starting the egress proxy"));
   n->proxy_ = std::move(*proxy);

@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/socket.h>
@@ -37,10 +38,11 @@ namespace airlock::testing {
 // Web sites inside the fake internet: listeners on ports 80, 8080 and 443 of each address (IPv4
 // or IPv6), in the fake namespace, counting connections, each answered on a thread of its own.
 // On 80 and 8080 they speak HTTP and answer "site <address> host <Host>", or N zero bytes for
-// GET /bytes/N. On 443 they speak no TLS: they read the first bytes (a ClientHello) and answer
-// "site <address> tls <first byte>" in text, which is enough to show whether the proxy let a
-// ClientHello through, and to where. UDP port 8080 answers each datagram with "udp <address>"
-// and counts them (udp_hits).
+// GET /bytes/N, then close; GET /keep/bytes/N (without Connection: close) keeps the connection
+// for the next request. On 443 they speak no TLS: they read the first bytes (a ClientHello) and
+// answer "site <address> tls <first byte>" in text, which is enough to show whether the proxy
+// let a ClientHello through, and to where. UDP port 8080 answers each datagram with
+// "udp <address>" and counts them (udp_hits).
 class FakeSites {
  public:
   FakeSites(const std::string& netns_path, const std::vector<std::string>& addresses) {
@@ -174,36 +176,46 @@ class FakeSites {
       (void)WriteAll(c, reply.data(), reply.size());
       return;
     }
-    while (request.find("\r\n\r\n") == std::string::npos && ::poll(&p, 1, 2000) > 0) {
-      ssize_t n = ::read(c, buf, sizeof buf);
-      if (n <= 0) break;
-      request.append(buf, static_cast<size_t>(n));
-    }
-    if (!request.empty()) Received(l);
-    std::string host;
-    if (size_t at = request.find("\r\nHost: "); at != std::string::npos) {
-      host = request.substr(at + 8, request.find("\r\n", at + 8) - at - 8);
-    }
-    size_t body_bytes = 0;
-    std::string body;
-    if (request.starts_with("GET /bytes/")) {
-      body_bytes = std::strtoull(request.c_str() + 11, nullptr, 10);
-    } else {
-      body = "site " + address + " host " + host + "\n";
-      body_bytes = body.size();
-    }
-    const std::string head = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body_bytes) +
-                             "\r\nConnection: close\r\n\r\n";
-    if (!body.empty()) {
-      (void)WriteAll(c, (head + body).data(), head.size() + body.size());
-      return;
-    }
-    if (!WriteAll(c, head.data(), head.size())) return;
-    static const std::string kZeros(256 * 1024, '\0');
-    for (size_t left = body_bytes; left > 0 && !stop_;) {
-      const size_t n = std::min(left, kZeros.size());
-      if (!WriteAll(c, kZeros.data(), n)) return;
-      left -= n;
+    for (bool first = true;; first = false) {
+      size_t end;
+      while ((end = request.find("\r\n\r\n")) == std::string::npos && ::poll(&p, 1, 2000) > 0) {
+        ssize_t n = ::read(c, buf, sizeof buf);
+        if (n <= 0) break;
+        request.append(buf, static_cast<size_t>(n));
+      }
+      if (first && !request.empty()) Received(l);
+      if (!first && end == std::string::npos) return;  // a kept connection went quiet or away
+      const std::string head_in = request.substr(0, end == std::string::npos ? end : end + 4);
+      request.erase(0, end == std::string::npos ? end : end + 4);
+      std::string host;
+      if (size_t at = head_in.find("\r\nHost: "); at != std::string::npos) {
+        host = head_in.substr(at + 8, head_in.find("\r\n", at + 8) - at - 8);
+      }
+      const bool keep = head_in.starts_with("GET /keep/") &&
+                        head_in.find("\r\nConnection: close\r\n") == std::string::npos;
+      const std::string path = head_in.substr(keep ? 9 : 4);
+      size_t body_bytes = 0;
+      std::string body;
+      if (path.starts_with("/bytes/")) {
+        body_bytes = std::strtoull(path.c_str() + 7, nullptr, 10);
+      } else {
+        body = "site " + address + " host " + host + "\n";
+        body_bytes = body.size();
+      }
+      const std::string head = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body_bytes) +
+                               "\r\n" + (keep ? "" : "Connection: close\r\n") + "\r\n";
+      if (!body.empty()) {
+        if (!WriteAll(c, (head + body).data(), head.size() + body.size())) return;
+      } else {
+        if (!WriteAll(c, head.data(), head.size())) return;
+        static const std::string kZeros(256 * 1024, '\0');
+        for (size_t left = body_bytes; left > 0 && !stop_;) {
+          const size_t n = std::min(left, kZeros.size());
+          if (!WriteAll(c, kZeros.data(), n)) return;
+          left -= n;
+        }
+      }
+      if (!keep) return;
     }
   }
 
@@ -246,6 +258,10 @@ class FakeSites {
         }
         int c = ::accept4(l.fd, reinterpret_cast<sockaddr*>(&peer), &peer_size, SOCK_CLOEXEC);
         if (c < 0) continue;
+        // A head and a body are two writes: without this, a kept connection's second reply
+        // waits on the client's delayed ACK (Nagle).
+        int one = 1;
+        ::setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         Count(l, peer);
         {
           std::lock_guard lock(mu_);

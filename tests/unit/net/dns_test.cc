@@ -1,5 +1,6 @@
 // The sandbox DNS library: the codec against hand-built and hostile packets, the resolver and the
-// stub against a FakeAuthority that counts every query. Everything stays on 127.0.0.1.
+// stub against a FakeAuthority that counts every query, the egress proxy's address cache.
+// Everything stays on 127.0.0.1.
 
 #include "net/dns.h"
 
@@ -9,9 +10,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -21,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "net/address_cache.h"
 #include "unit/net/fake_authority.h"
 
 namespace airlock::net::dns {
@@ -1304,6 +1308,189 @@ TEST_F(StubTest, InFlightResolutionsAreBounded) {
   EXPECT_EQ(servfail, 5);  // 3 at once (over the bound), 2 after their timeout
   EXPECT_EQ(stub_->counters().upstream_queries.load(), 2u);
   EXPECT_EQ(auth_.queries(), 2u);
+}
+
+TEST_F(ResolverTest, ResolveAddressesAsksAaaaOnlyWhenThereIsNoA) {
+  auto a = ResolveAddresses("www.example.com", Upstream(), std::chrono::seconds(2));
+  ASSERT_TRUE(a) << a.error().message();
+  EXPECT_EQ(a->addresses.size(), 2u);
+  EXPECT_EQ(auth_.queries_for("www.example.com"), 1u);
+  auto v6 = ResolveAddresses("v6.example.com", Upstream(), std::chrono::seconds(2));
+  ASSERT_TRUE(v6) << v6.error().message();
+  EXPECT_EQ(v6->addresses, (std::vector<address>{make_address("2001:db8::10")}));
+  EXPECT_EQ(v6->ttl, 60u);
+  EXPECT_EQ(auth_.queries_for("v6.example.com"), 2u);
+  auto none = ResolveAddresses("nothing.example.com", Upstream(), std::chrono::seconds(2));
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->rcode, Rcode::kNxDomain);
+  EXPECT_EQ(auth_.queries_for("nothing.example.com"), 1u);  // no AAAA after NXDOMAIN
+}
+
+// ---------------------------------------------------------------------------------------------
+// The egress proxy's address cache, over a lookup of the test's own and a clock it moves.
+
+class AddressCacheTest : public ::testing::Test {
+ protected:
+  AddressCache::Lookup Lookup() {
+    return [this](const std::string& name) -> Result<ResolveResult> {
+      ++lookups_;
+      std::lock_guard lock(mu_);
+      auto it = answers_.find(name);
+      if (it == answers_.end()) return Fail(ErrorCode::kUnavailable, "SERVFAIL");
+      return it->second;
+    };
+  }
+  AddressCacheOptions Options() {
+    AddressCacheOptions o;
+    o.now = [this] { return std::chrono::steady_clock::time_point(std::chrono::seconds(now_s_)); };
+    return o;
+  }
+  void Answer(const std::string& name, uint32_t ttl, Rcode rcode = Rcode::kNoError,
+              std::vector<address> addresses = {make_address("192.0.2.1")}) {
+    std::lock_guard lock(mu_);
+    answers_[name] =
+        ResolveResult{rcode, rcode == Rcode::kNoError ? addresses : std::vector<address>{}, ttl};
+  }
+
+  std::atomic<int> lookups_{0};
+  std::atomic<int64_t> now_s_{1000};
+  std::mutex mu_;
+  std::map<std::string, ResolveResult> answers_;
+};
+
+TEST_F(AddressCacheTest, AnAnswerLivesItsTtlAtMostThirtySeconds) {
+  AddressCache cache(Lookup(), Options());
+  Answer("long.test", 3600);
+  Answer("short.test", 5);
+  for (const char* name : {"long.test", "short.test"}) {
+    auto first = cache.Resolve(name);
+    ASSERT_TRUE(first) << first.error().message();
+    EXPECT_EQ(*first, (std::vector<address>{make_address("192.0.2.1")}));
+  }
+  EXPECT_EQ(lookups_.load(), 2);
+  now_s_ += 4;
+  EXPECT_TRUE(cache.Resolve("long.test"));
+  EXPECT_TRUE(cache.Resolve("short.test"));
+  EXPECT_EQ(lookups_.load(), 2);  // both from the cache
+  now_s_ += 2;                    // 6 s: short.test's 5 s are over
+  EXPECT_TRUE(cache.Resolve("short.test"));
+  EXPECT_EQ(lookups_.load(), 3);
+  now_s_ += 23;  // 29 s
+  EXPECT_TRUE(cache.Resolve("long.test"));
+  EXPECT_EQ(lookups_.load(), 3);
+  now_s_ += 2;  // 31 s: past the 30 s cap, whatever the TTL said
+  EXPECT_TRUE(cache.Resolve("long.test"));
+  EXPECT_EQ(lookups_.load(), 4);
+  EXPECT_EQ(cache.stats().hits, 3u);
+}
+
+TEST_F(AddressCacheTest, TtlZeroAndFailuresAreNotKept) {
+  AddressCache cache(Lookup(), Options());
+  Answer("zero.test", 0);
+  EXPECT_TRUE(cache.Resolve("zero.test"));
+  EXPECT_TRUE(cache.Resolve("zero.test"));
+  EXPECT_EQ(lookups_.load(), 2);
+  auto failed = cache.Resolve("servfail.test");  // no answer: the lookup fails
+  ASSERT_FALSE(failed);
+  EXPECT_EQ(failed.error().code(), ErrorCode::kUnavailable);
+  EXPECT_FALSE(cache.Resolve("servfail.test"));
+  EXPECT_EQ(lookups_.load(), 4);
+  EXPECT_EQ(cache.size(), 0u);
+  Answer("one.test", 1);  // the control: a TTL of 1 s is kept
+  EXPECT_TRUE(cache.Resolve("one.test"));
+  EXPECT_TRUE(cache.Resolve("one.test"));
+  EXPECT_EQ(lookups_.load(), 5);
+}
+
+TEST_F(AddressCacheTest, NegativeAnswersLiveFiveSeconds) {
+  AddressCache cache(Lookup(), Options());
+  Answer("gone.test", 300, Rcode::kNxDomain);
+  Answer("nodata.test", 300, Rcode::kNoError, {});
+  for (const char* name : {"gone.test", "nodata.test"}) {
+    auto r = cache.Resolve(name);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code(), ErrorCode::kNotFound) << name;
+  }
+  now_s_ += 4;
+  EXPECT_FALSE(cache.Resolve("gone.test"));
+  EXPECT_FALSE(cache.Resolve("nodata.test"));
+  EXPECT_EQ(lookups_.load(), 2);
+  now_s_ += 2;
+  Answer("gone.test", 300);  // it exists now
+  EXPECT_TRUE(cache.Resolve("gone.test"));
+  EXPECT_EQ(lookups_.load(), 3);
+}
+
+TEST_F(AddressCacheTest, BoundedExpiredFirstThenTheNextToExpire) {
+  AddressCacheOptions options = Options();
+  options.max_entries = 3;
+  AddressCache cache(Lookup(), options);
+  Answer("a.test", 10);
+  Answer("b.test", 20);
+  Answer("c.test", 25);
+  Answer("d.test", 25);
+  for (const char* name : {"a.test", "b.test", "c.test", "d.test"})
+    EXPECT_TRUE(cache.Resolve(name));
+  EXPECT_EQ(cache.size(), 3u);
+  EXPECT_EQ(lookups_.load(), 4);
+  EXPECT_TRUE(cache.Resolve("b.test"));  // kept
+  EXPECT_EQ(lookups_.load(), 4);
+  EXPECT_TRUE(cache.Resolve("a.test"));  // the one closest to expiry went
+  EXPECT_EQ(lookups_.load(), 5);
+  // a.test is back and b.test went for it; once expired, entries go before live ones.
+  now_s_ += 26;
+  Answer("e.test", 25);
+  EXPECT_TRUE(cache.Resolve("e.test"));
+  EXPECT_EQ(cache.size(), 1u);
+}
+
+TEST_F(AddressCacheTest, ConcurrentCallersForOneNameShareOneLookup) {
+  std::mutex gate_mu;
+  std::condition_variable gate_cv;
+  bool open = false;
+  AddressCache cache(
+      [&](const std::string& name) -> Result<ResolveResult> {
+        ++lookups_;
+        std::unique_lock lock(gate_mu);
+        gate_cv.wait(lock, [&] { return open; });
+        return ResolveResult{
+            Rcode::kNoError, {make_address("192.0.2.7")}, name == "x.test" ? 0u : 60u};
+      },
+      Options());
+  std::vector<std::thread> threads;
+  std::atomic<int> answered{0};
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&] {
+      auto r = cache.Resolve("x.test");
+      if (r && *r == std::vector<address>{make_address("192.0.2.7")}) ++answered;
+    });
+  }
+  threads.emplace_back([&] { (void)cache.Resolve("y.test"); });  // another name: its own lookup
+  for (int i = 0; i < 500 && cache.stats().coalesced < 7; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(cache.stats().coalesced, 7u);
+  {
+    std::lock_guard lock(gate_mu);
+    open = true;
+  }
+  gate_cv.notify_all();
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(answered.load(), 8);  // a TTL of 0 is not kept, but it is shared by those waiting
+  EXPECT_EQ(lookups_.load(), 2);
+}
+
+TEST_F(ResolverTest, AddressCacheOverTheResolverAsksTheAuthorityOnce) {
+  auth_.Set("zero.example.com", {.a = {"192.0.2.30"}, .ttl = 0});
+  AddressCache cache([this](const std::string& name) {
+    return ResolveAddresses(name, Upstream(), std::chrono::seconds(2));
+  });
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(cache.Resolve("www.example.com"));
+    EXPECT_TRUE(cache.Resolve("zero.example.com"));
+  }
+  EXPECT_EQ(auth_.queries_for("www.example.com"), 1u);
+  EXPECT_EQ(auth_.queries_for("zero.example.com"), 3u);  // TTL 0: asked each time
 }
 
 TEST(DnsStubStart, BindErrorIsReturned) {
