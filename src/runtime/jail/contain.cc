@@ -92,6 +92,47 @@ int MkdirAll(const std::string& path) {
   }
 }
 
+// The sandbox's own /usr and /usr/local, made in its writable layer's upper directory before the
+// overlay is mounted (a directory of the template, owned by the host's root, is nobody's inside:
+// nothing could be made in it). /usr holds the mount points MountUsr binds onto, from the
+// template; /usr/local is empty but for Debian's layout.
+int MakeOwnUsr(const std::string& upper) {
+  if (::mkdir((upper + "/usr").c_str(), 0755) < 0) return -1;
+  const std::string local = upper + "/usr/local";
+  if (::mkdir(local.c_str(), 0755) < 0) return -1;
+  for (const char* dir : kUsrLocalDirs) {
+    if (::mkdir((local + "/" + dir).c_str(), 0755) < 0) return -1;
+  }
+  return 0;
+}
+
+// The base root's /usr: the sandbox's own directory, made read-only; the host's kHostUsrDirs in
+// it, read-only, nosuid, nodev; /usr/local the sandbox's own and writable, or the host's,
+// read-only. Runs before pivot_root, once every mount point was checked to be a directory.
+Failure MountUsr(const std::string& root, const JailConfig& c) {
+  const std::string usr = root + "/usr";
+  // Read-only first: the binds below go on top of it, and the mount of /usr/local clears the
+  // flag again only for itself.
+  if (BindWithFlags(usr.c_str(), usr.c_str(), MS_RDONLY | MS_NOSUID | MS_NODEV) < 0) {
+    return {"read-only /usr", errno};
+  }
+  for (const std::string& dir : c.usr_dirs) {
+    const std::string host = "/usr/" + dir;
+    if (BindWithFlags(host.c_str(), (usr + "/" + dir).c_str(), MS_RDONLY | MS_NOSUID | MS_NODEV) <
+        0) {
+      return {"bind /usr directory", errno};
+    }
+  }
+  const std::string local = usr + "/local";
+  const int local_failed =
+      c.host_usr_local
+          ? BindWithFlags("/usr/local", local.c_str(), MS_RDONLY | MS_NOSUID | MS_NODEV)
+          // A bind of a read-only mount's directory starts read-only; remounted without it.
+          : BindWithFlags(local.c_str(), local.c_str(), MS_NOSUID | MS_NODEV);
+  if (local_failed < 0) return {"mount /usr/local", errno};
+  return {};
+}
+
 // /sys holds only the sandbox's own cgroup directories, read-only, on a read-only tmpfs.
 Failure MakeSys(const std::string& root, const JailConfig& c) {
   std::string sys = root + "/sys";
@@ -315,6 +356,7 @@ Failure ContainProcess(const JailConfig& c, int sync_fd, int agent_fd,
   if (::mkdir((disk + "/upper").c_str(), 0755) < 0 || ::mkdir((disk + "/work").c_str(), 0755) < 0) {
     return {"mkdir upper and work", errno};
   }
+  if (!c.rootfs && MakeOwnUsr(disk + "/upper") < 0) return {"mkdir /usr", errno};
   // Kept (as fd 4 of PID 1) for the host to read: snapshots copy upper/ from it.
   UniqueFd disk_fd(::open(disk.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!disk_fd) return {"open writable layer", errno};
@@ -337,20 +379,24 @@ Failure ContainProcess(const JailConfig& c, int sync_fd, int agent_fd,
     return {"mount overlay", errno};
   }
   // Every mount point is a directory of the root, not a symlink a layer put there (the mount
-  // would follow it out of the root).
-  for (const char* dir : {"/usr", "/proc", "/dev", "/sys", "/tmp", "/etc"}) {
+  // would follow it out of the root). /usr and /usr/local come first: the others below them are
+  // reached through them.
+  std::vector<std::string> mount_points = {"/proc", "/dev", "/sys", "/tmp", "/etc"};
+  if (!c.rootfs) {
+    mount_points.insert(mount_points.begin(), {"/usr", "/usr/local"});
+    for (const std::string& dir : c.usr_dirs) mount_points.push_back("/usr/" + dir);
+  }
+  for (const std::string& dir : mount_points) {
     struct stat st;
-    if (c.rootfs && std::string_view(dir) == "/usr") continue;
     if (::lstat((root + dir).c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
       return {"mount point is not a directory", ENOTDIR};
     }
   }
   UniqueFd alternatives;
   if (!c.rootfs) {
-    // The host's /usr, read-only; /bin, /lib, ... are symlinks into it in the template.
-    if (BindWithFlags("/usr", (root + "/usr").c_str(), MS_RDONLY | MS_NOSUID | MS_NODEV) < 0) {
-      return {"bind /usr", errno};
-    }
+    // Of the host's /usr, the directories programs need, read-only; /bin, /lib, ... are
+    // symlinks into them in the template.
+    if (Failure f = MountUsr(root, c); f.step) return f;
     for (const auto& dir : c.ro_binds) {  // a host whose /bin, /lib, ... are not symlinks
       if (BindWithFlags(dir.c_str(), (root + dir).c_str(), MS_RDONLY | MS_NOSUID | MS_NODEV) < 0) {
         return {"bind host directory", errno};
