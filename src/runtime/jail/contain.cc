@@ -106,30 +106,41 @@ int MakeOwnUsr(const std::string& upper) {
   return 0;
 }
 
-// The base root's /usr: the sandbox's own directory, made read-only; the host's kHostUsrDirs in
-// it, read-only, nosuid, nodev; /usr/local the sandbox's own and writable, or the host's,
-// read-only. Runs before pivot_root, once every mount point was checked to be a directory.
+// Sets (or clears) mount attributes on the mount at `path`, or on every mount at or below it.
+int SetMountAttr(const std::string& path, uint64_t set, uint64_t clear, bool recursive) {
+  mount_attr attr{};
+  attr.attr_set = set;
+  attr.attr_clr = clear;
+  return static_cast<int>(::syscall(SYS_mount_setattr, AT_FDCWD, path.c_str(),
+                                    recursive ? AT_RECURSIVE : 0, &attr, sizeof attr));
+}
+
+// The base root's /usr: the sandbox's own directory, holding the host's kHostUsrDirs and
+// /usr/local (the sandbox's own, or the host's); all of it read-only, nosuid, nodev, what is
+// mounted below the host's directories too, but the sandbox's own /usr/local, which stays
+// writable. Runs before pivot_root, once every mount point was checked to be a directory.
 Failure MountUsr(const std::string& root, const JailConfig& c) {
-  const std::string usr = root + "/usr";
-  // Read-only first: the binds below go on top of it, and the mount of /usr/local clears the
-  // flag again only for itself.
-  if (BindWithFlags(usr.c_str(), usr.c_str(), MS_RDONLY | MS_NOSUID | MS_NODEV) < 0) {
-    return {"read-only /usr", errno};
-  }
+  const std::string usr = root + "/usr", local = usr + "/local";
+  // A mount of its own (the overlay under it stays writable), for the binds to go on.
+  if (::mount(usr.c_str(), usr.c_str(), nullptr, MS_BIND, nullptr) < 0) return {"bind /usr", errno};
   for (const std::string& dir : c.usr_dirs) {
-    const std::string host = "/usr/" + dir;
-    if (BindWithFlags(host.c_str(), (usr + "/" + dir).c_str(), MS_RDONLY | MS_NOSUID | MS_NODEV) <
-        0) {
+    if (::mount(("/usr/" + dir).c_str(), (usr + "/" + dir).c_str(), nullptr, MS_BIND | MS_REC,
+                nullptr) < 0) {
       return {"bind /usr directory", errno};
     }
   }
-  const std::string local = usr + "/local";
-  const int local_failed =
-      c.host_usr_local
-          ? BindWithFlags("/usr/local", local.c_str(), MS_RDONLY | MS_NOSUID | MS_NODEV)
-          // A bind of a read-only mount's directory starts read-only; remounted without it.
-          : BindWithFlags(local.c_str(), local.c_str(), MS_NOSUID | MS_NODEV);
-  if (local_failed < 0) return {"mount /usr/local", errno};
+  const std::string local_source = c.host_usr_local ? "/usr/local" : local;
+  if (::mount(local_source.c_str(), local.c_str(), nullptr, MS_BIND | MS_REC, nullptr) < 0) {
+    return {"bind /usr/local", errno};
+  }
+  // One call for the whole tree: attributes only added, so the flags a host's mount holds
+  // locked stay as they are.
+  if (SetMountAttr(usr, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0, true) < 0) {
+    return {"read-only /usr", errno};
+  }
+  if (!c.host_usr_local && SetMountAttr(local, 0, MOUNT_ATTR_RDONLY, false) < 0) {
+    return {"writable /usr/local", errno};
+  }
   return {};
 }
 
