@@ -94,8 +94,8 @@ int MkdirAll(const std::string& path) {
 
 // The sandbox's own /usr and /usr/local, made in its writable layer's upper directory before the
 // overlay is mounted (a directory of the template, owned by the host's root, is nobody's inside:
-// nothing could be made in it). /usr holds the mount points MountUsr binds onto, from the
-// template; /usr/local is empty but for Debian's layout.
+// nothing could be made in it). The mount points for the host's directories come from the
+// template's /usr, merged under it; /usr/local is empty but for Debian's layout.
 int MakeOwnUsr(const std::string& upper) {
   if (::mkdir((upper + "/usr").c_str(), 0755) < 0) return -1;
   const std::string local = upper + "/usr/local";
@@ -116,9 +116,9 @@ int SetMountAttr(const std::string& path, uint64_t set, uint64_t clear, bool rec
 }
 
 // The base root's /usr: the sandbox's own directory, holding the host's kHostUsrDirs and
-// /usr/local (the sandbox's own, or the host's); all of it read-only, nosuid, nodev, what is
-// mounted below the host's directories too, but the sandbox's own /usr/local, which stays
-// writable. Runs before pivot_root, once every mount point was checked to be a directory.
+// /usr/local (the sandbox's own, or the host's); all of it (what the host mounted below its
+// directories too) read-only, nosuid and nodev, but for the sandbox's own /usr/local, which
+// stays writable. Runs before pivot_root, once every mount point was checked to be a directory.
 Failure MountUsr(const std::string& root, const JailConfig& c) {
   const std::string usr = root + "/usr", local = usr + "/local";
   // A mount of its own (the overlay under it stays writable), for the binds to go on.

@@ -273,6 +273,12 @@ Status JailRuntime::PrepareTemplates() {
   auto usr = MirrorHostEntries("/usr", dir + "/usr", kHostUsrDirs);
   if (!usr) return std::unexpected(usr.error());
   usr_dirs_ = std::move(*usr);
+  // Said now rather than by every create's failed bind.
+  struct stat local;
+  if (options_.base_usr_local && (::stat("/usr/local", &local) < 0 || !S_ISDIR(local.st_mode))) {
+    return Fail(ErrorCode::kFailedPrecondition,
+                "base_usr_local is set, but the host has no /usr/local directory");
+  }
   return {};
 }
 
