@@ -25,13 +25,8 @@ class HostUsrTest : public DaemonTest {
     return doc.value("stdout", "");
   }
 
-  // The canaries' paths, and Probe's lines for them in a base sandbox: the host's /usr/bin
-  // seen; /usr/local seen only if `local_seen`; /usr/src never.
-  static std::vector<std::string> Paths(const HostUsrCanaries& c) {
-    std::vector<std::string> paths = {c.local(), c.bin()};
-    if (!c.src().empty()) paths.push_back(c.src());
-    return paths;
-  }
+  // Probe's lines for the canaries in a base sandbox: the host's /usr/bin seen; /usr/local
+  // seen only if `local_seen`; /usr/src never.
   static std::string OnBase(const HostUsrCanaries& c, bool local_seen) {
     std::string lines = (local_seen ? c.Seen(c.local()) : c.Unseen(c.local())) + c.Seen(c.bin());
     if (!c.src().empty()) lines += c.Unseen(c.src());
@@ -50,7 +45,7 @@ TEST_F(HostUsrTest, ABaseSandboxSeesOnlyTheListedDirectoriesOfTheHostsUsr) {
   const std::string id = CreateSandbox();
   ASSERT_FALSE(id.empty());
   for (const char* user : {"user", "root"}) {
-    EXPECT_EQ(RunAs(id, HostUsrCanaries::Probe(Paths(canaries)), user), OnBase(canaries, false))
+    EXPECT_EQ(RunAs(id, HostUsrCanaries::Probe(canaries.paths()), user), OnBase(canaries, false))
         << "as " << user;
   }
   // The files API (the agent, with its capabilities) finds no more: the host's /usr/local and
@@ -87,12 +82,12 @@ TEST_F(HostUsrTest, WhatATemplateInstallsInUsrLocalStacksOnTheBaseRoot) {
   const std::string id = CreateSandbox(R"({"template": "tools"})");
   ASSERT_FALSE(id.empty());
   EXPECT_EQ(RunAs(id, tool + " && python3 -c 'print(1)'", "user"), "tool\n1\n");
-  EXPECT_EQ(RunAs(id, HostUsrCanaries::Probe(Paths(canaries)), "user"), OnBase(canaries, false));
+  EXPECT_EQ(RunAs(id, HostUsrCanaries::Probe(canaries.paths()), "user"), OnBase(canaries, false));
   // A fork stacks one more layer, on the same root.
   Reply fork = daemon_->Call(http::verb::post, "/v1/sandboxes/" + id + "/fork", "{}");
   ASSERT_EQ(fork.status, 201) << fork.body;
   const std::string forked = fork.Json()["sandboxes"][0]["id"];
-  EXPECT_EQ(RunAs(forked, tool + " && " + HostUsrCanaries::Probe(Paths(canaries)), "user"),
+  EXPECT_EQ(RunAs(forked, tool + " && " + HostUsrCanaries::Probe(canaries.paths()), "user"),
             "tool\n" + OnBase(canaries, false));
 }
 
@@ -112,7 +107,7 @@ TEST_F(HostUsrLocalTest, TheHostsUsrLocalIsShownReadOnlyWhenAskedFor) {
   const std::string id = CreateSandbox();
   ASSERT_FALSE(id.empty());
   for (const char* user : {"user", "root"}) {
-    EXPECT_EQ(RunAs(id, HostUsrCanaries::Probe(Paths(canaries)), user), OnBase(canaries, true))
+    EXPECT_EQ(RunAs(id, HostUsrCanaries::Probe(canaries.paths()), user), OnBase(canaries, true))
         << "as " << user;
   }
   EXPECT_EQ(RunAs(id, "touch /usr/local/mine 2>&1 | grep -c 'Read-only'", "root"), "1\n");
@@ -127,7 +122,8 @@ TEST_F(HostUsrLocalTest, TheHostsUsrLocalIsShownReadOnlyWhenAskedFor) {
     ASSERT_TRUE(daemon_->Start());
     const std::string again = CreateSandbox();
     ASSERT_FALSE(again.empty());
-    EXPECT_EQ(RunAs(again, HostUsrCanaries::Probe(Paths(canaries)), "user"), OnBase(canaries, flag))
+    EXPECT_EQ(RunAs(again, HostUsrCanaries::Probe(canaries.paths()), "user"),
+              OnBase(canaries, flag))
         << (flag ? "with --base-usr-local" : "without it");
   }
 }
@@ -152,11 +148,11 @@ TEST_F(HostUsrLocalTest, AnImageSandboxSeesNothingOfTheHostsUsrEvenThen) {
   // The image's own files (the positive control), and none of the host's /usr: not even the
   // directories a base sandbox sees.
   std::string unseen;
-  for (const std::string& path : Paths(canaries)) unseen += HostUsrCanaries::Unseen(path);
+  for (const std::string& path : canaries.paths()) unseen += HostUsrCanaries::Unseen(path);
   for (const char* user : {"user", "root"}) {
     EXPECT_EQ(RunAs(id,
                     "cat /etc/os-release; test -e /usr || echo no-usr; " +
-                        HostUsrCanaries::Probe(Paths(canaries)),
+                        HostUsrCanaries::Probe(canaries.paths()),
                     user),
               "ID=airlock-test\nno-usr\n" + unseen)
         << "as " << user;

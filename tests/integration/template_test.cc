@@ -323,13 +323,11 @@ TEST_F(TemplateTest, ADebianSuiteIsMadeOnceAndSharedByItsTemplates) {
   EXPECT_EQ(Run(b, "cut -d. -f1 /etc/debian_version"), "12\n");
   // Its /usr is Debian's (the positive control: its own /usr/bin and /usr/local are there),
   // nothing of the host's.
-  std::vector<std::string> paths = {canaries.local(), canaries.bin()};
-  if (!canaries.src().empty()) paths.push_back(canaries.src());
   std::string unseen;
-  for (const std::string& path : paths) unseen += HostUsrCanaries::Unseen(path);
+  for (const std::string& path : canaries.paths()) unseen += HostUsrCanaries::Unseen(path);
   for (const std::string& id : {a, b}) {
     EXPECT_EQ(Run(id, "test -x /usr/bin/dpkg && test -d /usr/local/bin && echo debian; " +
-                          HostUsrCanaries::Probe(paths)),
+                          HostUsrCanaries::Probe(canaries.paths())),
               "debian\n" + unseen);
   }
   Reply in_use = daemon_->Call(http::verb::delete_, "/v1/templates/debian:bookworm");

@@ -45,6 +45,12 @@ class HostUsrCanaries {
   // In the host's /usr/bin: seen by base sandboxes (the positive control), not by a sandbox on
   // a root file system of its own.
   const std::string& bin() const { return bin_; }
+  // Those made: local, bin, and src if the host has a /usr/src.
+  std::vector<std::string> paths() const {
+    std::vector<std::string> all = {local_, bin_};
+    if (!src_.empty()) all.push_back(src_);
+    return all;
+  }
 
   // A shell command that prints one line per path, as Seen or Unseen below: whether its
   // directory lists it, whether stat finds it, and what reading it by its full path gives.
