@@ -58,7 +58,7 @@ TEST_F(HostUsrTest, ABaseSandboxSeesOnlyTheListedDirectoriesOfTheHostsUsr) {
   Reply seen = ReadFile(id, canaries.bin());
   EXPECT_EQ(seen.status, 200) << seen.body;
   EXPECT_EQ(seen.body, canaries.content());
-  // What agents run is there: python3 and pip from the host's /usr, a writable /usr/local.
+  // What agents run is there: python3 from the host's /usr, and a writable /usr/local.
   EXPECT_EQ(RunAs(id,
                   "python3 -c 'print(6 * 7)' && touch /usr/local/bin/mine && ls /usr/local/bin && "
                   "(touch /usr/bin/mine 2>&1 | grep -c 'Read-only')",
