@@ -27,9 +27,10 @@ struct Limits {
   uint64_t nofile = 4096;    // RLIMIT_NOFILE
 };
 
-// The engines' roots. "base": the host's /usr, read-only, under a fresh /etc; layers stack on
-// it. "rootfs": nothing of the host's; the bottom layer is a whole root file system (made by
-// ImportLayer from a Debian or OCI image), and the sandbox's accounts are merged into its /etc.
+// The engines' roots. "base": the host's /usr/bin, /usr/lib, ... read-only, under a fresh /etc
+// and /usr/local; layers stack on it. "rootfs": nothing of the host's; the bottom layer is a whole
+// root file system (made by ImportLayer from a Debian or OCI image), and the sandbox's accounts are
+// merged into its /etc.
 inline constexpr const char* kBaseRoot = "base";
 inline constexpr const char* kRootfsRoot = "rootfs";
 

@@ -6,6 +6,8 @@
 
 #include "common/elf.h"
 #include "support/airlockd.h"
+#include "support/host_usr_canaries.h"
+#include "support/oci_image.h"
 
 namespace {
 
@@ -41,36 +43,6 @@ class TemplateTest : public DaemonTest {
     return out;
   }
 };
-
-// Writes an OCI image archive to `out`: busybox in a first (plain tar) layer, and a second
-// (gzip) layer that adds /etc/os-release and whites out /bin/vi; its config sets Env and
-// WorkingDir. Made with tar, gzip and sha256sum, as an image builder would.
-bool WriteBusyboxImage(const std::string& work, const std::string& out) {
-  const std::string script = R"SH(set -e
-cd "$1"
-mkdir -p l1/bin l2/etc l2/bin img/blobs/sha256
-cp /bin/busybox l1/bin/busybox
-for a in $(/bin/busybox --list); do [ "$a" = busybox ] || ln -s busybox "l1/bin/$a"; done
-echo 'ID=airlock-test' > l2/etc/os-release
-: > l2/bin/.wh.vi
-tar -C l1 -cf l1.tar . && tar -C l2 -cf l2.tar .
-D1=$(sha256sum l1.tar | cut -d' ' -f1); D2=$(sha256sum l2.tar | cut -d' ' -f1)
-gzip -n l2.tar
-blob() { d=$(sha256sum "$1" | cut -d' ' -f1); cp "$1" "img/blobs/sha256/$d"; echo "$d"; }
-size() { stat -c %s "$1"; }
-L1=$(blob l1.tar); L2=$(blob l2.tar.gz)
-printf '{"architecture":"amd64","os":"linux","config":{"Env":["PATH=/usr/local/bin:/usr/bin:/bin","GREETING=hello"],"WorkingDir":"/srv/app","User":"1234"},"rootfs":{"type":"layers","diff_ids":["sha256:%s","sha256:%s"]}}' "$D1" "$D2" > config.json
-C=$(blob config.json)
-printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:%s","size":%s},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":"sha256:%s","size":%s},{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"sha256:%s","size":%s}]}' "$C" "$(size config.json)" "$L1" "$(size l1.tar)" "$L2" "$(size l2.tar.gz)" > manifest.json
-M=$(blob manifest.json)
-printf '{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:%s","size":%s}]}' "$M" "$(size manifest.json)" > img/index.json
-echo '{"imageLayoutVersion":"1.0.0"}' > img/oci-layout
-tar -C img -cf "$2" .
-)SH";
-  ProcessResult made = RunProcess({"/bin/bash", "-c", script, "image", work, out}, {});
-  EXPECT_TRUE(WIFEXITED(made.status) && WEXITSTATUS(made.status) == 0) << made.err;
-  return WIFEXITED(made.status) && WEXITSTATUS(made.status) == 0;
-}
 
 TEST_F(TemplateTest, BuildRunsItsStepsAndSandboxesStartFromIt) {
   Reply built = Build({{"name", "app"},
@@ -318,6 +290,8 @@ TEST_F(TemplateTest, ADebianSuiteIsMadeOnceAndSharedByItsTemplates) {
   if (RunProcess({"/bin/sh", "-c", "command -v mmdebstrap"}, {}).status != 0) {
     GTEST_SKIP() << "mmdebstrap is not installed (scripts/setup installs it)";
   }
+  HostUsrCanaries canaries;  // in the host's /usr: none of them shows in a Debian sandbox
+  ASSERT_EQ(canaries.error(), "");
   Reply first = daemon_->Call(http::verb::post, "/v1/templates",
                               json{{"name", "deb-one"},
                                    {"base", "debian:bookworm"},
@@ -347,6 +321,15 @@ TEST_F(TemplateTest, ADebianSuiteIsMadeOnceAndSharedByItsTemplates) {
   const std::string b = CreateSandbox(R"({"template": "debian:bookworm"})");
   ASSERT_FALSE(b.empty());
   EXPECT_EQ(Run(b, "cut -d. -f1 /etc/debian_version"), "12\n");
+  // Its /usr is Debian's (the positive control: its own /usr/bin and /usr/local are there),
+  // nothing of the host's.
+  std::string unseen;
+  for (const std::string& path : canaries.paths()) unseen += HostUsrCanaries::Unseen(path);
+  for (const std::string& id : {a, b}) {
+    EXPECT_EQ(Run(id, "test -x /usr/bin/dpkg && test -d /usr/local/bin && echo debian; " +
+                          HostUsrCanaries::Probe(canaries.paths())),
+              "debian\n" + unseen);
+  }
   Reply in_use = daemon_->Call(http::verb::delete_, "/v1/templates/debian:bookworm");
   EXPECT_EQ(in_use.status, 409) << in_use.body;
 }

@@ -20,6 +20,7 @@
 #include "runtime/jail/posture.h"
 #include "security/report.h"
 #include "support/airlockd.h"
+#include "support/host_usr_canaries.h"
 #include "support/tenancy.h"
 
 namespace airlock::security {
@@ -235,6 +236,10 @@ class PayloadsTest : public ::testing::Test {
 // ---------------------------------------------------------------------------------------------
 
 TEST_F(PayloadsTest, HostFiles) {
+  // In the host's /usr/local and /usr/src, which a sandbox does not see, and /usr/bin, which it
+  // does (read-only): removed when the test ends, whatever its outcome.
+  const testing::HostUsrCanaries usr;
+  ASSERT_EQ(usr.error(), "");
   const std::string id = Make();
   const Canary& a = canaries_[0];
   const Canary& b = canaries_[1];
@@ -243,7 +248,7 @@ TEST_F(PayloadsTest, HostFiles) {
   struct Read {
     std::string path, host_fnv;
   };
-  const std::vector<Read> reads = {
+  std::vector<Read> reads = {
       {"/etc/shadow", shadow_fnv},
       {a.path, Fnv(a.content)},
       {b.path, Fnv(b.content)},
@@ -251,7 +256,9 @@ TEST_F(PayloadsTest, HostFiles) {
       {"/proc/1/root/etc/shadow", shadow_fnv},
       {"/proc/self/root" + b.path, Fnv(b.content)},
       {"/proc/1/cwd/../../../../.." + a.path, Fnv(a.content)},
+      {usr.local(), Fnv(usr.content())},
   };
+  if (!usr.src().empty()) reads.push_back({usr.src(), Fnv(usr.content())});
   for (const std::string user : {"user", "root"}) {
     const std::string home = user == "root" ? "/root" : "/home/user";
     std::vector<std::string> attempts;
@@ -260,8 +267,10 @@ TEST_F(PayloadsTest, HostFiles) {
                     {"create:/usr/airlock-x", "create:/usr/bin/airlock-x", "create:/bin/airlock-x",
                      "openw:/proc/sys/kernel/hostname", "append:" + a.path, "create:" + b.path,
                      "mknod:/tmp/sda-" + user,
-                     // Positive controls: its own files read and write.
-                     "read:/etc/passwd", "create:" + home + "/own", "create:/tmp/own-" + user});
+                     // Positive controls: its own files read and write, and the host's
+                     // /usr/bin reads.
+                     "read:/etc/passwd", "create:" + home + "/own", "create:/tmp/own-" + user,
+                     "read:" + usr.bin()});
     auto got = Run(id, attempts, user);
     for (const Read& r : reads) {
       const json& res = got["read:" + r.path];
@@ -289,6 +298,9 @@ TEST_F(PayloadsTest, HostFiles) {
       Judge("host files", "positive control: " + own + " as " + user, got[own],
             Succeeded(got[own]));
     }
+    const json& listed = got["read:" + usr.bin()];
+    Judge("host files", "positive control: read a canary in the host's /usr/bin as " + user,
+          listed, Succeeded(listed) && listed.value("fnv", "") == Fnv(usr.content()));
   }
 }
 

@@ -174,7 +174,7 @@ struct CreateTemplateRequest {
 //  "ready_timeout_seconds", "steps": [{"run"} | {"copy": {"path", "bytes", "mode"}}]}.
 struct TemplateSettings {
   std::string base{kDefaultTemplate};
-  // The engine's root under the template's layers: runtime::kBaseRoot (the host's /usr) or
+  // The engine's root under the template's layers: runtime::kBaseRoot (the host's /usr/bin, ...) or
   // runtime::kRootfsRoot (the bottom layer is a Debian or OCI image's whole root).
   std::string root{runtime::kBaseRoot};
   EnvMap env;

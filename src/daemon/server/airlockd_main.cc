@@ -3,7 +3,7 @@
 //
 //   airlockd [--config FILE] [--listen HOST:PORT] [--state-dir DIR] [--no-auth]
 //            [--on-shutdown keep|destroy] [--workers N] [--agent PATH] [--launcher PATH]
-//            [--log-level LEVEL] [--image-dir DIR] [--debian-mirror URL]
+//            [--log-level LEVEL] [--image-dir DIR] [--debian-mirror URL] [--base-usr-local]
 //            [--network-id ID] [--network-subnet CIDR] [--network-uplink IF|netns:NAME|PATH]
 //            [--network-dns LIST] [--network-warm-links N] [--network-ipv6 auto|on|off]
 //            [--network-subnet6 CIDR] [--network-bandwidth-mbps N] [--network-max-connections N]
@@ -52,6 +52,7 @@ constexpr const char* kUsage =
     "                [--on-shutdown keep|destroy] [--workers N] [--agent PATH]\n"
     "                [--launcher PATH] [--log-level trace|debug|info|warn|error]\n"
     "                [--pool.TEMPLATE N] [--image-dir DIR] [--debian-mirror URL]\n"
+    "                [--base-usr-local]\n"
     "                [--network-id ID] [--network-subnet CIDR]\n"
     "                [--network-uplink IF|netns:NAME|PATH] [--network-dns IP[:PORT],...]\n"
     "                [--network-ipv6 auto|on|off] [--network-subnet6 CIDR]\n"
@@ -129,7 +130,7 @@ Config LoadConfig(int argc, char** argv) {
     }
     if (!arg.starts_with("--")) Die("unexpected argument " + arg + "\n" + kUsage, 2);
     const std::string key = arg.substr(2);
-    if (key == "no-auth") {
+    if (key == "no-auth" || key == "base-usr-local") {
       (void)config.Set(key, "true");
       continue;
     }
@@ -225,6 +226,10 @@ int main(int argc, char** argv) {
   jail_options.state_dir = flags.state_dir;
   jail_options.agent_path = FindHelper(flags.agent, "airlock-agent", "--agent");
   jail_options.launcher_path = FindHelper(flags.launcher, "airlock-jail", "--launcher");
+  jail_options.base_usr_local = flags.base_usr_local;
+  if (flags.base_usr_local) {
+    spdlog::warn("base_usr_local: sandboxes on base see the host's /usr/local (read-only)");
+  }
   auto runtime = jail::JailRuntime::Open(jail_options);
   if (!runtime) Die("opening the jail engine: " + runtime.error().message());
 

@@ -121,6 +121,10 @@ Status Config::Set(std::string_view raw_key, std::string_view value) {
     auto b = ParseBool(key, value);
     if (!b) return std::unexpected(b.error());
     no_auth = *b;
+  } else if (key == "base_usr_local") {
+    auto b = ParseBool(key, value);
+    if (!b) return std::unexpected(b.error());
+    base_usr_local = *b;
   } else if (key == "image_dir") {
     if (!value.starts_with('/')) {
       return Fail(ErrorCode::kInvalidArgument, "image_dir must be an absolute path");

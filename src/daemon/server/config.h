@@ -19,6 +19,7 @@
 //   network_bandwidth_mbps = 1000      # per sandbox, each way; 0: no cap
 //   network_max_connections = 256      # per sandbox, open at once
 //   destroyed_keep = "7d"              # records of destroyed sandboxes; "0": for ever
+//   base_usr_local = false             # true: base sandboxes see the host's /usr/local
 //
 // Strings are double-quoted (\" and \\ escapes), booleans true / false, numbers decimal.
 // Unknown keys, repeated keys and malformed lines are errors naming the line.
@@ -51,6 +52,9 @@ struct Config {
   // images); Debian suites are made with mmdebstrap from debian_mirror.
   std::string image_dir;
   std::string debian_mirror = "http://deb.debian.org/debian";
+  // Sandboxes on the built-in `base` root see the host's /usr/local (read-only) instead of an
+  // empty, writable one of their own (docs/design/jail.md, "What a sandbox sees of the host").
+  bool base_usr_local = false;
   // Sandbox networking (docs/design/network.md): this daemon's network id (names its nftables
   // table, namespaces and veths), the IPv4 range sandbox addresses come from (a /30 each), the
   // interface or network namespace "open" sandboxes go out through ("": no open mode; a

@@ -67,7 +67,8 @@ TemplateRecord BaseTemplate() {
   TemplateRecord base;
   base.name = std::string(api::kDefaultTemplate);
   base.state = TemplateState::kReady;
-  base.source = "built-in: the host's /usr, read-only, and a fresh /etc";
+  base.source =
+      "built-in: the host's /usr/bin, /usr/lib, ..., read-only; a fresh /etc and /usr/local";
   base.spec = "{}";
   // Made afresh by each start of the daemon (JailRuntime::Open): its time is the first look.
   static const int64_t made_at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(

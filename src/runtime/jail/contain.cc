@@ -92,6 +92,58 @@ int MkdirAll(const std::string& path) {
   }
 }
 
+// The sandbox's own /usr and /usr/local, made in its writable layer's upper directory before the
+// overlay is mounted (a directory of the template, owned by the host's root, is nobody's inside:
+// nothing could be made in it). The mount points for the host's directories come from the
+// template's /usr, merged under it; /usr/local is empty but for Debian's layout.
+int MakeOwnUsr(const std::string& upper) {
+  if (::mkdir((upper + "/usr").c_str(), 0755) < 0) return -1;
+  const std::string local = upper + "/usr/local";
+  if (::mkdir(local.c_str(), 0755) < 0) return -1;
+  for (const char* dir : kUsrLocalDirs) {
+    if (::mkdir((local + "/" + dir).c_str(), 0755) < 0) return -1;
+  }
+  return 0;
+}
+
+// Sets (or clears) mount attributes on the mount at `path`, or on every mount at or below it.
+int SetMountAttr(const std::string& path, uint64_t set, uint64_t clear, bool recursive) {
+  mount_attr attr{};
+  attr.attr_set = set;
+  attr.attr_clr = clear;
+  return static_cast<int>(::syscall(SYS_mount_setattr, AT_FDCWD, path.c_str(),
+                                    recursive ? AT_RECURSIVE : 0, &attr, sizeof attr));
+}
+
+// The base root's /usr: the sandbox's own directory, holding the host's kHostUsrDirs and
+// /usr/local (the sandbox's own, or the host's); all of it (what the host mounted below its
+// directories too) read-only, nosuid and nodev, but for the sandbox's own /usr/local, which
+// stays writable. Runs before pivot_root, once every mount point was checked to be a directory.
+Failure MountUsr(const std::string& root, const JailConfig& c) {
+  const std::string usr = root + "/usr", local = usr + "/local";
+  // A mount of its own (the overlay under it stays writable), for the binds to go on.
+  if (::mount(usr.c_str(), usr.c_str(), nullptr, MS_BIND, nullptr) < 0) return {"bind /usr", errno};
+  for (const std::string& dir : c.usr_dirs) {
+    if (::mount(("/usr/" + dir).c_str(), (usr + "/" + dir).c_str(), nullptr, MS_BIND | MS_REC,
+                nullptr) < 0) {
+      return {"bind /usr directory", errno};
+    }
+  }
+  const std::string local_source = c.host_usr_local ? "/usr/local" : local;
+  if (::mount(local_source.c_str(), local.c_str(), nullptr, MS_BIND | MS_REC, nullptr) < 0) {
+    return {"bind /usr/local", errno};
+  }
+  // One call for the whole tree: attributes only added, so the flags a host's mount holds
+  // locked stay as they are.
+  if (SetMountAttr(usr, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0, true) < 0) {
+    return {"read-only /usr", errno};
+  }
+  if (!c.host_usr_local && SetMountAttr(local, 0, MOUNT_ATTR_RDONLY, false) < 0) {
+    return {"writable /usr/local", errno};
+  }
+  return {};
+}
+
 // /sys holds only the sandbox's own cgroup directories, read-only, on a read-only tmpfs.
 Failure MakeSys(const std::string& root, const JailConfig& c) {
   std::string sys = root + "/sys";
@@ -315,6 +367,7 @@ Failure ContainProcess(const JailConfig& c, int sync_fd, int agent_fd,
   if (::mkdir((disk + "/upper").c_str(), 0755) < 0 || ::mkdir((disk + "/work").c_str(), 0755) < 0) {
     return {"mkdir upper and work", errno};
   }
+  if (!c.rootfs && MakeOwnUsr(disk + "/upper") < 0) return {"mkdir /usr", errno};
   // Kept (as fd 4 of PID 1) for the host to read: snapshots copy upper/ from it.
   UniqueFd disk_fd(::open(disk.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!disk_fd) return {"open writable layer", errno};
@@ -337,20 +390,24 @@ Failure ContainProcess(const JailConfig& c, int sync_fd, int agent_fd,
     return {"mount overlay", errno};
   }
   // Every mount point is a directory of the root, not a symlink a layer put there (the mount
-  // would follow it out of the root).
-  for (const char* dir : {"/usr", "/proc", "/dev", "/sys", "/tmp", "/etc"}) {
+  // would follow it out of the root). /usr and /usr/local come first: the others below them are
+  // reached through them.
+  std::vector<std::string> mount_points = {"/proc", "/dev", "/sys", "/tmp", "/etc"};
+  if (!c.rootfs) {
+    mount_points.insert(mount_points.begin(), {"/usr", "/usr/local"});
+    for (const std::string& dir : c.usr_dirs) mount_points.push_back("/usr/" + dir);
+  }
+  for (const std::string& dir : mount_points) {
     struct stat st;
-    if (c.rootfs && std::string_view(dir) == "/usr") continue;
     if (::lstat((root + dir).c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
       return {"mount point is not a directory", ENOTDIR};
     }
   }
   UniqueFd alternatives;
   if (!c.rootfs) {
-    // The host's /usr, read-only; /bin, /lib, ... are symlinks into it in the template.
-    if (BindWithFlags("/usr", (root + "/usr").c_str(), MS_RDONLY | MS_NOSUID | MS_NODEV) < 0) {
-      return {"bind /usr", errno};
-    }
+    // Of the host's /usr, the directories programs need, read-only; /bin, /lib, ... are
+    // symlinks into them in the template.
+    if (Failure f = MountUsr(root, c); f.step) return f;
     for (const auto& dir : c.ro_binds) {  // a host whose /bin, /lib, ... are not symlinks
       if (BindWithFlags(dir.c_str(), (root + dir).c_str(), MS_RDONLY | MS_NOSUID | MS_NODEV) < 0) {
         return {"bind host directory", errno};

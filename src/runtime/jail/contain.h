@@ -29,13 +29,31 @@ constexpr uint64_t AgentCapabilityMask() {
   return mask;
 }
 
+// The directories of the host's /usr that a sandbox on the `base` root sees, read-only, where
+// the host has them (docs/design/jail.md says why each): programs, their libraries, the data
+// they read and what compilers need. Nothing else of the host's /usr shows: not /usr/local (what
+// the host's operator installed), /usr/src, /usr/games, nor whatever else the host keeps there.
+inline constexpr const char* kHostUsrDirs[] = {"bin",    "sbin",    "lib",     "lib32", "lib64",
+                                               "libx32", "libexec", "include", "share"};
+
+// What the sandbox's own /usr/local holds at first (empty directories, written in its layer),
+// as Debian's base-files lays it out.
+inline constexpr const char* kUsrLocalDirs[] = {"bin",  "etc",   "include", "lib",
+                                                "sbin", "share", "src"};
+
 struct JailConfig {
   std::string id;            // becomes the hostname
   std::string sandbox_dir;   // host directory holding empty "disk" and "rootfs" mount points
   std::string template_dir;  // the read-only lowest layer of the root filesystem
-  // The layers hold a whole root file system (a Debian or OCI image): the host's /usr and
-  // /etc/alternatives are not bound in, and its accounts are merged with the sandbox's.
+  // The layers hold a whole root file system (a Debian or OCI image): nothing of the host's
+  // /usr nor its /etc/alternatives is bound in, and its accounts are merged with the sandbox's.
   bool rootfs = false;
+  // Without rootfs: the names (of kHostUsrDirs) of the host's /usr directories bound read-only at
+  // /usr/<name>; the template has a mount point for each.
+  std::vector<std::string> usr_dirs;
+  // Without rootfs: /usr/local is the host's, read-only, instead of the sandbox's own (empty,
+  // writable, in its layer).
+  bool host_usr_local = false;
   // Content-addressed layers (layers.h) stacked on it, topmost first; each is mounted idmapped
   // into the sandbox's uid range, read-only.
   std::vector<std::string> layers;

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <span>
 #include <thread>
 
 #include "common/elf.h"
@@ -149,6 +150,43 @@ void Reap(pid_t pid, std::chrono::milliseconds timeout) {
   }
 }
 
+// The top-level directories a host may have as symlinks into /usr (merged /usr) or not.
+constexpr const char* kTopDirs[] = {"bin", "sbin", "lib", "lib32", "lib64", "libx32"};
+
+// Each of `names` in the host's directory `host` ("" for /) as the host has it, at the same name
+// in `dir` of a template: a symlink is copied (it resolves inside the sandbox), a directory gets
+// an empty mount point; what the host lacks is removed (a state dir can outlive a change of the
+// host). Returns the names that are directories, to bind.
+Result<std::vector<std::string>> MirrorHostEntries(const std::string& host, const std::string& dir,
+                                                   std::span<const char* const> names) {
+  std::vector<std::string> dirs;
+  for (const char* name : names) {
+    const std::string from = host + "/" + name, inside = dir + "/" + name;
+    struct stat st, old;
+    const bool present = ::lstat(from.c_str(), &st) == 0;
+    std::error_code ec;
+    // What is there is replaced unless it is already the mount point wanted (never chmod-ed
+    // through a symlink).
+    if (::lstat(inside.c_str(), &old) == 0 &&
+        !(present && S_ISDIR(st.st_mode) && S_ISDIR(old.st_mode))) {
+      fs::remove(inside, ec);
+    }
+    if (!present) continue;
+    if (S_ISLNK(st.st_mode)) {
+      char target[256];
+      ssize_t n = ::readlink(from.c_str(), target, sizeof target - 1);
+      if (n <= 0) return FailErrno("readlink " + from, errno);
+      if (::symlink(std::string(target, static_cast<size_t>(n)).c_str(), inside.c_str()) < 0) {
+        return FailErrno("symlink " + inside, errno);
+      }
+    } else if (S_ISDIR(st.st_mode)) {
+      if (auto made = MakeDir(inside, 0755); !made) return std::unexpected(made.error());
+      dirs.emplace_back(name);
+    }
+  }
+  return dirs;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<JailRuntime>> JailRuntime::Open(JailOptions options) {
@@ -208,8 +246,9 @@ std::string JailRuntime::TemplateDir(const std::string& name) const {
 }
 
 // The base root's lowest layer: empty mount points, and /bin, /lib, ... as the host has them
-// (symlinks into /usr on a merged-/usr host; otherwise bound read-only at create). The rootfs
-// root's: only the mount points, under an imported root file system that may lack them.
+// (symlinks into /usr on a merged-/usr host; otherwise bound read-only at create); in /usr, the
+// same for kHostUsrDirs (a mount point, or the host's symlink, such as /usr/lib64 -> lib). The
+// rootfs root's: only the mount points, under an imported root file system that may lack them.
 Status JailRuntime::PrepareTemplates() {
   std::string rootfs = TemplateDir(runtime::kRootfsRoot);
   if (auto st = MakeDir(rootfs, 0755); !st) return st;
@@ -227,24 +266,18 @@ Status JailRuntime::PrepareTemplates() {
   for (const char* sub : {"usr", "proc", "dev", "tmp", "sys", "run"}) {
     if (auto st = MakeDir(dir + "/" + sub, 0755); !st) return st;
   }
+  auto top = MirrorHostEntries("", dir, kTopDirs);
+  if (!top) return std::unexpected(top.error());
   ro_binds_.clear();
-  for (const char* top : {"bin", "sbin", "lib", "lib32", "lib64", "libx32"}) {
-    std::string host = std::string("/") + top, inside = dir + "/" + top;
-    struct stat st;
-    if (::lstat(host.c_str(), &st) < 0) continue;
-    if (S_ISLNK(st.st_mode)) {
-      char target[256];
-      ssize_t n = ::readlink(host.c_str(), target, sizeof target - 1);
-      if (n <= 0) return FailErrno("readlink " + host, errno);
-      std::error_code ec;
-      fs::remove(inside, ec);
-      if (::symlink(std::string(target, static_cast<size_t>(n)).c_str(), inside.c_str()) < 0) {
-        return FailErrno("symlink " + inside, errno);
-      }
-    } else if (S_ISDIR(st.st_mode)) {
-      if (auto made = MakeDir(inside, 0755); !made) return made;
-      ro_binds_.push_back(host);
-    }
+  for (const std::string& name : *top) ro_binds_.push_back("/" + name);
+  auto usr = MirrorHostEntries("/usr", dir + "/usr", kHostUsrDirs);
+  if (!usr) return std::unexpected(usr.error());
+  usr_dirs_ = std::move(*usr);
+  // Said now rather than by every create's failed bind.
+  struct stat local;
+  if (options_.base_usr_local && (::stat("/usr/local", &local) < 0 || !S_ISDIR(local.st_mode))) {
+    return Fail(ErrorCode::kFailedPrecondition,
+                "base_usr_local is set, but the host has no /usr/local directory");
   }
   return {};
 }
@@ -341,6 +374,8 @@ Result<std::unique_ptr<runtime::Sandbox>> JailRuntime::Create(const SandboxSpec&
     args.push_back("--rootfs");
   } else {
     for (const auto& b : ro_binds_) args.insert(args.end(), {"--ro-bind", b});
+    for (const auto& d : usr_dirs_) args.insert(args.end(), {"--usr-dir", d});
+    if (options_.base_usr_local) args.push_back("--host-usr-local");
   }
   for (const auto& layer : spec.layers) args.insert(args.end(), {"--layer", layers_.Path(layer)});
   // The agent reads its memory cgroup's OOM count from inside (ReadOomKillCount).

@@ -25,6 +25,9 @@ struct JailOptions {
   uid_t uid_first = 1u << 30;
   uint32_t uid_slots = 16384;
   std::string cgroup_root = "/sys/fs/cgroup";
+  // The base root shows the host's /usr/local (read-only) instead of an empty, writable one of
+  // the sandbox's own: what the host's operator installed there becomes visible to every sandbox.
+  bool base_usr_local = false;
 };
 
 class JailRuntime : public runtime::Runtime {
@@ -92,6 +95,7 @@ class JailRuntime : public runtime::Runtime {
   UidAllocator uids_;
   LayerStore layers_;
   std::vector<std::string> ro_binds_;  // host top-level dirs that are not symlinks into /usr
+  std::vector<std::string> usr_dirs_;  // of kHostUsrDirs, those the host has as directories
   UniqueFd seccomp_bpf_;               // the policy, compiled once: a sealed memfd
   bool agent_static_ = true;
   std::mutex mu_;

@@ -8,6 +8,7 @@
 //                --channel-fd N --report-fd N --seccomp-fd N [--disk-mb N] [--tmp-mb N] [--nofile
 //                N]
 //                [--cgroup-procs FILE]... [--cgroup-bind HOST=INSIDE]... [--ro-bind DIR]...
+//                [--usr-dir NAME]... (of the host's /usr, kHostUsrDirs) [--host-usr-local]
 //                [--layer DIR]... (topmost first) [--rootfs] (the layers hold a whole root)
 //                [--netns PATH --nameserver IP] (join a network namespace the host made)
 //                [-- AGENT-ARGS...]
@@ -16,6 +17,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <string>
@@ -65,7 +67,9 @@ int main(int argc, char** argv) {
     kLayer,
     kRootfs,
     kNetns,
-    kNameserver
+    kNameserver,
+    kUsrDir,
+    kHostUsrLocal
   };
   static const option kLong[] = {{"id", required_argument, nullptr, kId},
                                  {"sandbox-dir", required_argument, nullptr, kDir},
@@ -85,6 +89,8 @@ int main(int argc, char** argv) {
                                  {"rootfs", no_argument, nullptr, kRootfs},
                                  {"netns", required_argument, nullptr, kNetns},
                                  {"nameserver", required_argument, nullptr, kNameserver},
+                                 {"usr-dir", required_argument, nullptr, kUsrDir},
+                                 {"host-usr-local", no_argument, nullptr, kHostUsrLocal},
                                  {nullptr, 0, nullptr, 0}};
   int opt;
   while ((opt = getopt_long(argc, argv, "", kLong, nullptr)) != -1) {
@@ -154,6 +160,18 @@ int main(int argc, char** argv) {
       case kNameserver:
         c.nameserver = optarg;
         break;
+      case kUsrDir:
+        // Only the directories the design lets a sandbox see: a name is a host path.
+        if (std::ranges::find_if(airlock::jail::kHostUsrDirs, [](const char* dir) {
+              return std::string_view(dir) == optarg;
+            }) == std::end(airlock::jail::kHostUsrDirs)) {
+          Usage("--usr-dir takes one of the names in kHostUsrDirs (contain.h)");
+        }
+        c.usr_dirs.emplace_back(optarg);
+        break;
+      case kHostUsrLocal:
+        c.host_usr_local = true;
+        break;
       default:
         Usage("unknown option");
     }
@@ -165,6 +183,9 @@ int main(int argc, char** argv) {
     Usage("--sandbox-dir, --template-dir and --agent are required");
   }
   if (c.rootfs && c.layers.empty()) Usage("--rootfs needs the --layer that holds the root");
+  if (c.rootfs && (!c.usr_dirs.empty() || c.host_usr_local)) {
+    Usage("--rootfs shows nothing of the host: no --usr-dir, no --host-usr-local");
+  }
   if (c.uid_base == 0) Usage("--uid-base must not be 0: root inside must not be root outside");
   if (c.channel_fd < 0 || report_fd < 0 || c.seccomp_fd < 0) {
     Usage("--channel-fd, --report-fd and --seccomp-fd are required");

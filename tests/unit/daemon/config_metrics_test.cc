@@ -24,6 +24,7 @@ TEST(ConfigTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(c.state_dir, "/var/lib/airlock");
   EXPECT_FALSE(c.no_auth);
   EXPECT_EQ(c.on_shutdown, OnShutdown::kKeep);
+  EXPECT_FALSE(c.base_usr_local) << "the host's /usr/local is shown only when asked for";
 }
 
 TEST(ConfigTest, FileSetsEveryKey) {
@@ -38,6 +39,7 @@ launcher = "/opt/l"
 log_level = "debug"
 on_shutdown = "destroy"
 workers = 12
+base-usr-local = true
 )"));
   EXPECT_EQ(c.listen, "0.0.0.0:9000");
   EXPECT_EQ(c.state_dir, "/srv/airlock \"q\" \\ x");
@@ -47,6 +49,7 @@ workers = 12
   EXPECT_EQ(c.log_level, "debug");
   EXPECT_EQ(c.on_shutdown, OnShutdown::kDestroy);
   EXPECT_EQ(c.workers, 12);
+  EXPECT_TRUE(c.base_usr_local);
 }
 
 TEST(ConfigTest, BadFilesNameTheLineAndChangeNothingAfterIt) {
@@ -61,6 +64,7 @@ TEST(ConfigTest, BadFilesNameTheLineAndChangeNothingAfterIt) {
       {"listen = \"a\nx\"\n", "line 1: listen: unterminated string"},
       {"listen = 127.0.0.1 7878\n", "line 1: listen: strings must be double-quoted"},
       {"no_auth = yes\n", "line 1: no_auth must be true or false"},
+      {"base_usr_local = 1\n", "line 1: base_usr_local must be true or false"},
       {"workers = 0\n", "line 1: workers must be a number from 1 to 1024"},
       {"workers = 12x\n", "line 1: workers must be a number"},
       {"on_shutdown = \"pause\"\n", "line 1: on_shutdown must be keep or destroy"},

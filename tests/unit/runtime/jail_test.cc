@@ -12,6 +12,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -24,6 +25,7 @@
 #include "runtime/jail/contain.h"
 #include "runtime/jail/jail_runtime.h"
 #include "runtime/jail/posture.h"
+#include "support/host_usr_canaries.h"
 
 namespace airlock::jail {
 namespace {
@@ -246,6 +248,118 @@ TEST_F(JailTest, HostFilesAndProcessesAreOutOfReach) {
   // Its own home is writable.
   auto w = Run(box, "echo hi > /home/user/f && cat /home/user/f");
   EXPECT_EQ(w.stdout_data, "hi\n") << w.stderr_data;
+}
+
+// The mounts of /proc/self/mountinfo (as a sandbox's command reads it) at or below `prefix`:
+// mount point -> its per-mount options ("ro,nosuid,nodev,relatime").
+std::map<std::string, std::string> MountsBelow(const std::string& mountinfo,
+                                               const std::string& prefix) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(mountinfo);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream fields(line);
+    std::string id, parent, dev, root, point, options;
+    fields >> id >> parent >> dev >> root >> point >> options;
+    if (point == prefix || point.starts_with(prefix + "/")) out[point] = options;
+  }
+  return out;
+}
+
+bool HasOption(const std::string& options, const std::string& option) {
+  return ("," + options + ",").find("," + option + ",") != std::string::npos;
+}
+
+TEST_F(JailTest, TheBaseRootShowsOnlyTheListedDirectoriesOfTheHostsUsr) {
+  testing::HostUsrCanaries canaries;
+  ASSERT_EQ(canaries.error(), "");
+  Box box = Make();
+  // The host's /usr/local and /usr/src are not there at all; its /usr/bin is (the positive
+  // control: a canary made the same way, in a listed directory), and python3 runs.
+  std::string expected = canaries.Unseen(canaries.local()) + canaries.Seen(canaries.bin());
+  if (!canaries.src().empty()) expected += canaries.Unseen(canaries.src());
+  for (const char* user : {"", "root"}) {
+    auto r = Run(box, canaries.Probe(canaries.paths()) + "python3 -c 'print(6 * 7)'", user);
+    EXPECT_EQ(r.stdout_data, expected + "42\n") << "as " << user << ": " << r.stderr_data;
+  }
+
+  // /usr holds what the host has of kHostUsrDirs, and /usr/local; nothing else of the host's.
+  std::set<std::string> want = {"local"};
+  for (const char* dir : kHostUsrDirs) {
+    if (fs::is_symlink("/usr/" + std::string(dir)) ||
+        fs::is_directory("/usr/" + std::string(dir))) {
+      want.insert(dir);
+    }
+  }
+  auto listed = Run(box, "ls -A /usr");
+  std::set<std::string> got;
+  std::istringstream names(listed.stdout_data);
+  for (std::string name; names >> name;) got.insert(name);
+  EXPECT_EQ(got, want) << listed.stderr_data;
+
+  // Every mount at or below /usr is nosuid and nodev, and read-only but the sandbox's own
+  // /usr/local; one per listed directory the host has, and no other (but what the host has
+  // mounted below those).
+  auto mounts = MountsBelow(Run(box, "cat /proc/self/mountinfo").stdout_data, "/usr");
+  std::set<std::string> points, expected_points = {"/usr", "/usr/local"};
+  for (const char* dir : kHostUsrDirs) {
+    if (fs::is_directory("/usr/" + std::string(dir)) &&
+        !fs::is_symlink("/usr/" + std::string(dir))) {
+      expected_points.insert("/usr/" + std::string(dir));
+    }
+  }
+  for (const auto& [point, options] : mounts) {
+    if (std::ranges::none_of(expected_points, [&](const std::string& p) {
+          return p != "/usr" && p != "/usr/local" && point.starts_with(p + "/");
+        })) {
+      points.insert(point);
+    }
+    EXPECT_TRUE(HasOption(options, "nosuid") && HasOption(options, "nodev"))
+        << point << " " << options;
+    EXPECT_TRUE(HasOption(options, point == "/usr/local" ? "rw" : "ro")) << point << " " << options;
+  }
+  EXPECT_EQ(points, expected_points);
+
+  // Root cannot write the host's directories nor /usr itself; /usr/local is its own (a pip
+  // install's target), which its user cannot write, and nothing written there reaches the host.
+  const std::string mine = "airlock-own-" + box.id;
+  auto writes = Run(box,
+                    "for d in /usr /usr/bin /usr/lib /usr/share; do touch $d/" + mine +
+                        " 2>&1 | grep -q 'Read-only file system' && echo $d ro; done; "
+                        "mkdir -p /usr/local/lib/python3/dist-packages/" +
+                        mine + " && touch /usr/local/bin/" + mine + " && echo local rw",
+                    "root");
+  EXPECT_EQ(writes.stdout_data, "/usr ro\n/usr/bin ro\n/usr/lib ro\n/usr/share ro\nlocal rw\n")
+      << writes.stderr_data;
+  auto user =
+      Run(box, "touch /usr/local/" + mine + " 2>&1 | grep -q 'Permission denied' && echo denied");
+  EXPECT_EQ(user.stdout_data, "denied\n") << user.stderr_data;
+  EXPECT_FALSE(fs::exists("/usr/local/bin/" + mine));
+  EXPECT_FALSE(fs::exists("/usr/local/lib/python3/dist-packages/" + mine));
+}
+
+TEST_F(JailTest, UsrLocalGoesIntoSnapshotsAndStacksOnTheBaseRoot) {
+  Box a = Make();
+  const std::string tool = "airlock-tool-" + a.id;
+  auto made = Run(a,
+                  "printf '#!/bin/sh\\necho tool\\n' > /usr/local/bin/" + tool +
+                      " && chmod 755 /usr/local/bin/" + tool + " && mkdir /usr/local/lib/" + tool +
+                      " && echo v1 > /usr/local/lib/" + tool + "/data && echo ok",
+                  "root");
+  ASSERT_EQ(made.stdout_data, "ok\n") << made.stderr_data;
+  auto layer = runtime_->SnapshotLayer(a.id);
+  ASSERT_TRUE(layer) << layer.error().message();
+
+  // On the layer, under the host's /usr as before: the tool on PATH, python3 still the host's.
+  Box b = Make({}, {layer->digest});
+  auto seen = Run(b, tool + "; cat /usr/local/lib/" + tool + "/data; python3 -c 'print(1)'");
+  EXPECT_EQ(seen.stdout_data, "tool\nv1\n1\n") << seen.stderr_data;
+  // What b writes over the layer's file is b's own.
+  EXPECT_EQ(Run(b, "echo v2 > /usr/local/lib/" + tool + "/data && echo ok", "root").stdout_data,
+            "ok\n");
+  EXPECT_EQ(Run(a, "cat /usr/local/lib/" + tool + "/data").stdout_data, "v1\n");
+  EXPECT_EQ(Slurp(*state_dir_ + "/layers/" + layer->digest + "/usr/local/lib/" + tool + "/data"),
+            "v1\n");
+  EXPECT_FALSE(fs::exists("/usr/local/bin/" + tool)) << "the host's /usr/local was written";
 }
 
 TEST_F(JailTest, NestedNamespacesAndMountsAreRefused) {
@@ -559,6 +673,49 @@ TEST_F(JailTest, SymlinksALayerLeftInEtcReachNothingOnTheHost) {
       << refused.error().message();
   EXPECT_TRUE(ListDir(canary).empty());
   fs::remove_all(canary);
+}
+
+TEST_F(JailTest, ALayerCannotRedirectTheUsrMountPoints) {
+  // A world-writable host directory: a bind that followed a layer's symlink would put the
+  // host's /usr/bin here, and a write through it would land here.
+  char canary_tmpl[] = "/tmp/airlock-canary-XXXXXX";
+  ASSERT_NE(::mkdtemp(canary_tmpl), nullptr);
+  const std::string canary = canary_tmpl;
+  struct Remove {
+    std::string dir;
+    ~Remove() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } remove{canary};
+  ASSERT_EQ(::chmod(canary.c_str(), 01777), 0);
+  auto symlinked = [&](const std::string& at) {
+    return ImportTree(*runtime_, [&](const std::string& dir) {
+      fs::create_directories(fs::path(dir + at).parent_path());
+      fs::create_symlink(canary, dir + at);
+    });
+  };
+  const std::string bin = symlinked("/usr/bin"), usr = symlinked("/usr"),
+                    local = symlinked("/usr/local");
+  ASSERT_FALSE(bin.empty() || usr.empty() || local.empty());
+
+  // A symlinked mount point is refused, naming why; a /usr that hides the mount points (the
+  // overlay merges no directory below a non-directory) fails at its first bind.
+  for (const auto& [layer, why] :
+       {std::pair{bin, "mount point is not a directory"}, std::pair{usr, "bind /usr directory"}}) {
+    runtime::SandboxSpec spec;
+    spec.id = NewSandboxId();
+    spec.layers = {layer};
+    auto refused = runtime_->Create(spec);
+    if (refused) made_.push_back(spec.id);
+    ASSERT_FALSE(refused) << "a layer with a symlinked /usr or /usr/bin was accepted";
+    EXPECT_NE(refused.error().message().find(why), std::string::npos) << refused.error().message();
+  }
+  // /usr/local is the sandbox's own directory, which a lower layer's symlink cannot replace.
+  Box box = Make({}, {local});
+  EXPECT_EQ(Run(box, "stat -c %F /usr/local && touch /usr/local/x && echo ok", "root").stdout_data,
+            "directory\nok\n");
+  EXPECT_TRUE(ListDir(canary).empty());
 }
 
 TEST_F(JailTest, ANetworkNamespaceTheHostMadeIsJoinedAndCannotBeChanged) {
