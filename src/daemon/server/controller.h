@@ -116,6 +116,10 @@ class Controller {
     return network_events_ ? network_events_->counts() : VerdictCounts{};
   }
 
+  // Whether this daemon can give a sandbox (or a build) `policy`: 501 without sandbox
+  // networking for any mode but none, 409 for open mode without an uplink. Changes nothing.
+  [[nodiscard]] Status CheckNetwork(const net::NetworkPolicy& policy) const;
+
   // Call once at start, before serving. Brings every record and every engine resource into
   // agreement: running / paused sandboxes whose agent is alive are adopted (held as if created
   // here); creating ones (a create the previous run never finished) and those that cannot be
@@ -318,7 +322,9 @@ class Controller {
   std::shared_ptr<Live> FindLive(const std::string& id);
   void Hold(const std::string& id, std::vector<std::string> env, std::string cwd);
   // The cold path: a new sandbox for `request`. `pooled`: made by the filler, hidden from the
-  // API until claimed, and on failure left destroyed rather than failed (nobody asked for it).
+  // API until claimed, and on failure left destroyed rather than failed (nobody asked for it);
+  // with sandbox networking it gets a parked link (a network of mode none: its veth is in no
+  // firewall set, so it can send nothing) that a claim turns into the request's network.
   // `origin`: the layers and workdir (default: the template's, resolved here).
   Result<store::SandboxRecord> CreateSandbox(const api::CreateSandboxRequest& request, bool pooled,
                                              const Origin* origin = nullptr);
@@ -406,6 +412,9 @@ class Controller {
 
   // The sandbox's network policy as its record keeps it (mode none when it has none).
   static net::NetworkPolicy PolicyOf(const store::SandboxRecord& r);
+  // What the jail's resolv.conf says in a sandbox without a network (a pooled sandbox claimed
+  // with mode none, and a build's layer, are given the same).
+  static constexpr std::string_view kNoNetworkResolvConf = "# this sandbox has no network\n";
   void DetachNetwork(const std::string& id);
 
   ImageSources images_;

@@ -73,6 +73,8 @@ std::optional<Result<SandboxRecord>> Controller::ClaimFromPool(
     CountMiss(name, kMissEnv);
     return std::nullopt;
   }
+  const bool networked = request.network.mode() != net::NetworkMode::kNone;
+  bool linked = false;  // the pooled sandbox has a (parked) link
   // One transaction: the record stops being pooled and takes the request's settings, so no
   // other create can have it and a crash after it leaves a normal running sandbox.
   auto claimed = store_.ClaimPooled(name, [&](SandboxRecord& r) {
@@ -86,6 +88,16 @@ std::optional<Result<SandboxRecord>> Controller::ClaimFromPool(
     r.expires_at_ms = DeadlineMs(request.ttl_seconds);
     // Recovery must know that this agent lacks the env and the controller sends it.
     r.resources.try_emplace(kEnvPerCommand, "yes");
+    // The record says the network the sandbox has from now on: the request's policy on its
+    // link (recovery adopts it with that policy), or none, its link being taken away below
+    // (and, should the daemon die first, by the next start's RemoveUnclaimed).
+    linked = r.resources.contains(kNetSlot);
+    if (networked) {
+      r.network = request.network.ToJson().dump();
+    } else {
+      r.resources.erase(kNetSlot);
+      r.resources.erase(kNetAddress);
+    }
   });
   {
     std::lock_guard lock(pool_mu_);
@@ -122,9 +134,34 @@ std::optional<Result<SandboxRecord>> Controller::ClaimFromPool(
       return abandon(kMissLimits, st.error().message());
     }
   }
+  std::vector<std::string> sandbox_env = env;
+  if (networked) {
+    // The firewall set of its mode and the policy the proxy and the DNS stub judge it by: one
+    // nftables transaction. resolv.conf names its gateway since it was made.
+    if (!linked) return abandon(kMissError, "it was made without a network link");
+    if (auto st = networks_->Update(id, request.network); !st) {
+      return abandon(kMissError, st.error().message());
+    }
+    // A cold create's agent has HTTP_PROXY and friends from its start; this one's commands
+    // carry them (after the request's env, as there).
+    if (request.network.mode() == net::NetworkMode::kAllowlist) {
+      for (std::string& kv : networks_->ProxyEnv(id)) sandbox_env.push_back(std::move(kv));
+    }
+  } else if (linked) {
+    // Mode none: the link goes (its veth is deleted in the background; parked until then, it
+    // sends nothing), and resolv.conf stops naming a gateway, as in a cold sandbox without a
+    // network.
+    DetachNetwork(id);
+    api::FileQuery resolv_conf;
+    resolv_conf.path = "/etc/resolv.conf";
+    resolv_conf.mode = 0644;
+    if (auto st = WriteFile(id, resolv_conf, kNoNetworkResolvConf); !st) {
+      return abandon(kMissError, "rewriting its resolv.conf: " + st.error().message());
+    }
+  }
   {
     std::lock_guard lock(live->channels_mu);
-    live->env = env;
+    live->env = std::move(sandbox_env);
   }
   {
     std::lock_guard lock(pool_mu_);
