@@ -374,4 +374,148 @@ TEST_F(NetworkPoolTest, RestartAfterSigkillAdoptsParkedAndClaimedLinksAndLeavesN
   EXPECT_NE(Sh("nft list table inet airlock_" + id_ + " >/dev/null 2>&1"), 0);
 }
 
+// ---- template builds with a network -------------------------------------------------------
+
+TEST_F(NetworkPoolTest, ABuildWithAnAllowlistFetchesInItsStepsAndItsLayerKeepsNoTrace) {
+  const json allowlist = {{"mode", "allowlist"}, {"allow", {"allowed.test"}}};
+  Reply built =
+      daemon_->Call(http::verb::post, "/v1/templates",
+                    json{{"name", "fetched"},
+                         {"network", allowlist},
+                         {"steps",
+                          {{{"run",
+                             "test -n \"$HTTP_PROXY\" && mkdir -p /opt/data && "
+                             "curl -sf -m 10 http://allowed.test/ -o /opt/data/page"}},
+                           {{"run",
+                             "python3 -c 'import urllib.request as u; "
+                             "open(\"/opt/data/page2\", \"wb\").write("
+                             "u.urlopen(\"http://allowed.test/\", timeout=10).read())'"}}}}}
+                        .dump());
+  ASSERT_EQ(built.status, 201) << built.body;
+  const json t = built.Json();
+  EXPECT_EQ(internet_->sites().hits(site_), 2);
+  EXPECT_EQ(t["env_keys"], json::array()) << "the build's proxy settings are not the template's";
+  EXPECT_FALSE(t.contains("network")) << t;
+  const std::string layer = daemon_->state_dir() + "/layers/" + t["layers"][0].get<std::string>();
+  const std::string page = "site " + site_ + " host allowed.test\n";
+  EXPECT_EQ(Capture("cat " + layer + "/opt/data/page"), page);
+  EXPECT_EQ(Capture("cat " + layer + "/opt/data/page2"), page);
+  // No trace of the build's network in the layer: resolv.conf as a build without one has it,
+  // and no file names the build's addresses or its proxy.
+  EXPECT_EQ(Capture("cat " + layer + "/etc/resolv.conf"), kNoNetwork);
+  EXPECT_EQ(Capture("stat -c '%u %a' " + layer + "/etc/resolv.conf"), "0 644\n");
+  EXPECT_EQ(Capture("grep -rlF -e '" + subnet_prefix_ + "' -e HTTP_PROXY -e http_proxy " + layer),
+            "");
+
+  // The negative of that pair: a build without a network. Its steps reach nothing, and its
+  // layer's resolv.conf is the one above.
+  Reply offline = daemon_->Call(http::verb::post, "/v1/templates",
+                                json{{"name", "offline"},
+                                     {"steps",
+                                      {{{"run",
+                                         "mkdir -p /opt && echo ${HTTP_PROXY:-unset} > /opt/proxy; "
+                                         "! curl -s -m 3 --noproxy '*' http://" +
+                                             site_ + "/"}}}}}
+                                    .dump());
+  ASSERT_EQ(offline.status, 201) << offline.body;
+  const std::string offline_layer =
+      daemon_->state_dir() + "/layers/" + offline.Json()["layers"][0].get<std::string>();
+  EXPECT_EQ(Capture("cat " + offline_layer + "/opt/proxy"), "unset\n");
+  EXPECT_EQ(Capture("cat " + offline_layer + "/etc/resolv.conf"), kNoNetwork);
+  EXPECT_EQ(internet_->sites().hits(site_), 2);
+
+  // A sandbox of the template gets only what its own create asks for: no network, no proxy...
+  const std::string plain = CreateSandbox(R"({"template": "fetched"})");
+  ASSERT_FALSE(plain.empty());
+  EXPECT_EQ(Run(plain, "cat /opt/data/page"), page);
+  EXPECT_EQ(Run(plain, "cat /etc/resolv.conf"), kNoNetwork);
+  EXPECT_EQ(Run(plain, "env | grep -ic proxy"), "0\n");
+  EXPECT_EQ(Run(plain, kInterfaces), "lo\n");
+  // ... or its own allowlist, with its own gateway and proxy (the positive control of the
+  // checks above).
+  const std::string networked =
+      CreateSandbox(json{{"template", "fetched"}, {"network", allowlist}}.dump());
+  ASSERT_FALSE(networked.empty());
+  EXPECT_EQ(Run(networked, "env | grep -c '^HTTP_PROXY='"), "1\n");
+  EXPECT_EQ(Run(networked, "grep -c '^nameserver " + subnet_prefix_ + "' /etc/resolv.conf"), "1\n");
+  EXPECT_EQ(Run(networked, "curl -s -m 10 http://allowed.test/"), page);
+  Delete(plain);
+  Delete(networked);
+}
+
+TEST_F(NetworkPoolTest, ABuildStepThatFetchesADeniedNameFailsTheBuild) {
+  Reply built =
+      daemon_->Call(http::verb::post, "/v1/templates",
+                    json{{"name", "denied"},
+                         {"network", {{"mode", "allowlist"}, {"allow", {"allowed.test"}}}},
+                         {"steps",
+                          {{{"run", "curl -sf -m 10 http://allowed.test/ -o /dev/null"}},
+                           {{"run", "curl -sf -m 10 http://other.test/ -o /opt/x"}}}}}
+                        .dump());
+  EXPECT_EQ(built.status, 409) << built.body;
+  const std::string message = built.Json()["error"]["message"];
+  EXPECT_NE(message.find("step 2"), std::string::npos) << message;
+  EXPECT_NE(message.find("exited 22"), std::string::npos) << message;
+  EXPECT_EQ(internet_->sites().hits(site_), 1) << "the positive control, step 1";
+  EXPECT_EQ(internet_->sites().hits(other_site_), 0);
+  EXPECT_EQ(daemon_->Call(http::verb::get, "/v1/templates/denied").Json()["state"], "failed");
+  EXPECT_TRUE(Listed().empty()) << "the build sandbox is gone";
+}
+
+TEST_F(NetworkPoolTest, ANetworkIsRefusedWhereItCannotBeServedBeforeAnythingIsMade) {
+  // A malformed policy: the same 400 as a create's, naming the field.
+  const json bad = {{"mode", "allowlist"}, {"allow", {"bad..name"}}};
+  Reply build = daemon_->Call(http::verb::post, "/v1/templates",
+                              json{{"name", "bad"}, {"network", bad}}.dump());
+  Reply create = daemon_->Call(http::verb::post, "/v1/sandboxes", json{{"network", bad}}.dump());
+  EXPECT_EQ(build.status, 400) << build.body;
+  EXPECT_EQ(create.status, 400) << create.body;
+  EXPECT_EQ(build.Json()["error"]["message"], create.Json()["error"]["message"]);
+  EXPECT_NE(build.body.find("network.allow[0]"), std::string::npos) << build.body;
+  EXPECT_EQ(daemon_->Call(http::verb::get, "/v1/templates/bad").status, 404);
+
+  // A daemon whose networking could not be set up (here: a subnet it refuses) refuses a
+  // networked build (streamed or not) and a networked create, and claims nothing for them.
+  ASSERT_EQ(daemon_->Stop(SIGTERM), 0);
+  daemon_.emplace(dir_ + "/second", std::vector<std::string>{"--network-subnet", "10.0.0.0/8"});
+  ASSERT_TRUE(daemon_->Start());
+  Daemon& second = *daemon_;
+  EXPECT_NE(second.Log().find("sandbox networking is off"), std::string::npos) << second.Log();
+  const json allowlist = {{"mode", "allowlist"}, {"allow", {"allowed.test"}}};
+  for (bool stream : {false, true}) {
+    Reply refused =
+        second.Call(http::verb::post, "/v1/templates",
+                    json{{"name", "netbuild"}, {"network", allowlist}, {"stream", stream}}.dump());
+    EXPECT_EQ(refused.status, 501) << refused.body;
+    EXPECT_NE(refused.body.find("no sandbox networking"), std::string::npos) << refused.body;
+    EXPECT_EQ(second.Call(http::verb::get, "/v1/templates/netbuild").status, 404);
+  }
+  ASSERT_EQ(second.Call(http::verb::put, "/v1/pools/base", R"({"size": 1})").status, 200);
+  for (int i = 0; i < 3000; ++i) {
+    const json pools = second.Call(http::verb::get, "/v1/pools").Json();
+    if (pools["pools"][0]["ready"] == 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  Reply networked =
+      second.Call(http::verb::post, "/v1/sandboxes", json{{"network", allowlist}}.dump());
+  EXPECT_EQ(networked.status, 501) << networked.body;
+  json pool = second.Call(http::verb::get, "/v1/pools").Json()["pools"][0];
+  EXPECT_EQ(pool["ready"], 1) << pool;
+  EXPECT_EQ(pool["hits"], 0) << pool;
+  EXPECT_EQ(pool["misses"], 0) << pool;
+  // The positive control: a build and a create without a network work there, the create from
+  // its pool (whose sandboxes have no link at all).
+  Reply plain_build = second.Call(http::verb::post, "/v1/templates",
+                                  json{{"name", "plain"}, {"steps", {{{"run", "true"}}}}}.dump());
+  EXPECT_EQ(plain_build.status, 201) << plain_build.body;
+  Reply plain = second.Call(http::verb::post, "/v1/sandboxes", "{}");
+  ASSERT_EQ(plain.status, 201) << plain.body;
+  pool = second.Call(http::verb::get, "/v1/pools").Json()["pools"][0];
+  EXPECT_EQ(pool["hits"], 1) << pool;
+  EXPECT_EQ(
+      second.Call(http::verb::delete_, "/v1/sandboxes/" + plain.Json()["id"].get<std::string>())
+          .status,
+      204);
+}
+
 }  // namespace
