@@ -380,6 +380,11 @@ class Controller {
   bool pool_stop_ = false;             // guarded by pool_mu_
   bool pool_wake_ = false;             // a claim or resize happened; guarded by pool_mu_
   bool pool_resized_ = false;          // ends an error backoff early; guarded by pool_mu_
+  // Sandboxes claimed with network mode none whose parked link the filler takes away (the
+  // claim does not wait for it); guarded by pool_mu_.
+  std::vector<std::string> pool_unlink_;
+  // Detaches the networks of pool_unlink_, with `lock` (on pool_mu_) released meanwhile.
+  void UnlinkClaimed(std::unique_lock<std::mutex>& lock);
   std::thread filler_;
 
   // Held from a snapshot until what refers to the new layer is recorded, and by CollectLayers:

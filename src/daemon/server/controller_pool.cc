@@ -73,6 +73,18 @@ std::optional<Result<SandboxRecord>> Controller::ClaimFromPool(
     CountMiss(name, kMissEnv);
     return std::nullopt;
   }
+  // The filler refills the pool (and takes a claimed sandbox's unused link away) once this
+  // claim is done, whatever its outcome, so that its work does not slow the claim's own.
+  struct WakeFiller {
+    Controller& c;
+    ~WakeFiller() {
+      {
+        std::lock_guard lock(c.pool_mu_);
+        c.pool_wake_ = true;
+      }
+      c.pool_cv_.notify_all();
+    }
+  } wake_filler{*this};
   const bool networked = request.network.mode() != net::NetworkMode::kNone;
   bool linked = false;  // the pooled sandbox has a (parked) link
   // One transaction: the record stops being pooled and takes the request's settings, so no
@@ -99,11 +111,6 @@ std::optional<Result<SandboxRecord>> Controller::ClaimFromPool(
       r.resources.erase(kNetAddress);
     }
   });
-  {
-    std::lock_guard lock(pool_mu_);
-    pool_wake_ = true;  // refill, whatever happened
-  }
-  pool_cv_.notify_all();
   if (!claimed) {
     spdlog::error("pool {}: claiming: {}", name, claimed.error().message());
     CountMiss(name, kMissError);
@@ -148,10 +155,13 @@ std::optional<Result<SandboxRecord>> Controller::ClaimFromPool(
       for (std::string& kv : networks_->ProxyEnv(id)) sandbox_env.push_back(std::move(kv));
     }
   } else if (linked) {
-    // Mode none: the link goes (its veth is deleted in the background; parked until then, it
-    // sends nothing), and resolv.conf stops naming a gateway, as in a cold sandbox without a
-    // network.
-    DetachNetwork(id);
+    // Mode none: the link goes, taken apart by the filler after the claim (parked until then,
+    // it sends nothing; the record names it no more), and resolv.conf stops naming a gateway,
+    // as in a cold sandbox without a network.
+    {
+      std::lock_guard lock(pool_mu_);
+      pool_unlink_.push_back(id);
+    }
     api::FileQuery resolv_conf;
     resolv_conf.path = "/etc/resolv.conf";
     resolv_conf.mode = 0644;
@@ -275,11 +285,20 @@ Result<bool> Controller::FillStep() {
   return true;
 }
 
+void Controller::UnlinkClaimed(std::unique_lock<std::mutex>& lock) {
+  std::vector<std::string> ids;
+  ids.swap(pool_unlink_);
+  lock.unlock();
+  for (const std::string& id : ids) DetachNetwork(id);
+  lock.lock();
+}
+
 void Controller::StartPoolFiller() {
   filler_ = std::thread([this] {
     std::chrono::milliseconds backoff{0};
     std::unique_lock lock(pool_mu_);
     while (!pool_stop_) {
+      UnlinkClaimed(lock);
       lock.unlock();
       auto worked = FillStep();
       lock.lock();
@@ -290,7 +309,8 @@ void Controller::StartPoolFiller() {
         }
         backoff = std::min<std::chrono::milliseconds>(
             kMaxBackoff, backoff.count() == 0 ? kFirstBackoff : backoff * 2);
-        pool_cv_.wait_for(lock, backoff, [this] { return pool_stop_ || pool_resized_; });
+        pool_cv_.wait_for(lock, backoff,
+                          [this] { return pool_stop_ || pool_resized_ || !pool_unlink_.empty(); });
         pool_resized_ = false;
         continue;
       }
@@ -311,6 +331,8 @@ void Controller::StopPoolFiller() {
   }
   pool_cv_.notify_all();
   if (filler_.joinable()) filler_.join();
+  std::unique_lock lock(pool_mu_);
+  UnlinkClaimed(lock);  // what the last claims left it
 }
 
 }  // namespace airlock::daemon
