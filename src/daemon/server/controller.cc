@@ -670,6 +670,11 @@ Result<Controller::Channel> Controller::Acquire(const std::string& id, bool allo
   }
   std::shared_ptr<Live> live = FindLive(id);
   if (!live) return Fail(ErrorCode::kUnavailable, "sandbox " + id + " is not held by this daemon");
+  return ChannelTo(id, std::move(live));
+}
+
+Result<Controller::Channel> Controller::ChannelTo(const std::string& id,
+                                                  std::shared_ptr<Live> live) {
   {
     std::lock_guard lock(live->channels_mu);
     if (!live->idle.empty()) {
@@ -686,6 +691,15 @@ Result<Controller::Channel> Controller::Acquire(const std::string& id, bool allo
     return std::unexpected(Explain(id, client.error().Wrap("connecting to the agent of " + id)));
   }
   return Channel(live, std::move(*client));
+}
+
+Status Controller::WriteHeldFile(const std::string& id, std::shared_ptr<Live> live,
+                                 const std::string& path, std::string_view data) {
+  auto channel = ChannelTo(id, std::move(live));
+  if (!channel) return std::unexpected(channel.error());
+  if (auto st = (*channel)->WriteFile(path, data, 0644, false); !st) return st;
+  channel->Keep();
+  return {};
 }
 
 Error Controller::Explain(const std::string& id, Error error) {

@@ -343,6 +343,12 @@ class Controller {
   // The sandbox must be held here and running (and not pooled, unless `allow_pooled`); then a
   // channel to its agent.
   Result<Channel> Acquire(const std::string& id, bool allow_pooled = false);
+  // A channel to the agent of `id`, held here as `live`, without a look at its record.
+  Result<Channel> ChannelTo(const std::string& id, std::shared_ptr<Live> live);
+  // Writes a file (0644) in a sandbox held here whose state the caller knows (a claim's): one
+  // round trip to its agent, no record read, no stat after.
+  Status WriteHeldFile(const std::string& id, std::shared_ptr<Live> live, const std::string& path,
+                       std::string_view data);
   // After an operation failed: the sandbox's state if it no longer fits (the destroy or pause
   // that interrupted it), else `error`.
   Error Explain(const std::string& id, Error error);

@@ -162,10 +162,7 @@ std::optional<Result<SandboxRecord>> Controller::ClaimFromPool(
       std::lock_guard lock(pool_mu_);
       pool_unlink_.push_back(id);
     }
-    api::FileQuery resolv_conf;
-    resolv_conf.path = "/etc/resolv.conf";
-    resolv_conf.mode = 0644;
-    if (auto st = WriteFile(id, resolv_conf, kNoNetworkResolvConf); !st) {
+    if (auto st = WriteHeldFile(id, live, "/etc/resolv.conf", kNoNetworkResolvConf); !st) {
       return abandon(kMissError, "rewriting its resolv.conf: " + st.error().message());
     }
   }
