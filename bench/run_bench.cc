@@ -560,11 +560,13 @@ void MeasureWarmCreate(const Env& env, const Plan& plan, Report& report, Side& p
     }
   }
   auto after = b::BasePool(*http);
-  if (before && after && before->is_object() && after->is_object()) {
+  // Before the first fill there is no pool yet (null): its counts are zeros.
+  if (before && after && after->is_object()) {
+    const json start = before->is_object() ? *before : json::object();
     pool_counts = {
         {"pool", plan.pool},
-        {"hits", after->value("hits", int64_t{0}) - before->value("hits", int64_t{0})},
-        {"misses", after->value("misses", int64_t{0}) - before->value("misses", int64_t{0})}};
+        {"hits", after->value("hits", int64_t{0}) - start.value("hits", int64_t{0})},
+        {"misses", after->value("misses", int64_t{0}) - start.value("misses", int64_t{0})}};
   }
   if (auto st = b::FillPool(*http, 0); !st) report.Fail("emptying the pool", st.error().message());
   if (plain.us.empty()) plain.status = "failed";
