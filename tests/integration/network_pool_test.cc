@@ -505,41 +505,41 @@ TEST_F(NetworkPoolTest, ANetworkIsRefusedWhereItCannotBeServedBeforeAnythingIsMa
   ASSERT_EQ(daemon_->Stop(SIGTERM), 0);
   daemon_.emplace(dir_ + "/second", std::vector<std::string>{"--network-subnet", "10.0.0.0/8"});
   ASSERT_TRUE(daemon_->Start());
-  Daemon& second = *daemon_;
-  EXPECT_NE(second.Log().find("sandbox networking is off"), std::string::npos) << second.Log();
+  Daemon& offline = *daemon_;
+  EXPECT_NE(offline.Log().find("sandbox networking is off"), std::string::npos) << offline.Log();
   const json allowlist = {{"mode", "allowlist"}, {"allow", {"allowed.test"}}};
   for (bool stream : {false, true}) {
     Reply refused =
-        second.Call(http::verb::post, "/v1/templates",
-                    json{{"name", "netbuild"}, {"network", allowlist}, {"stream", stream}}.dump());
+        offline.Call(http::verb::post, "/v1/templates",
+                     json{{"name", "netbuild"}, {"network", allowlist}, {"stream", stream}}.dump());
     EXPECT_EQ(refused.status, 501) << refused.body;
     EXPECT_NE(refused.body.find("no sandbox networking"), std::string::npos) << refused.body;
-    EXPECT_EQ(second.Call(http::verb::get, "/v1/templates/netbuild").status, 404);
+    EXPECT_EQ(offline.Call(http::verb::get, "/v1/templates/netbuild").status, 404);
   }
-  ASSERT_EQ(second.Call(http::verb::put, "/v1/pools/base", R"({"size": 1})").status, 200);
+  ASSERT_EQ(offline.Call(http::verb::put, "/v1/pools/base", R"({"size": 1})").status, 200);
   for (int i = 0; i < 3000; ++i) {
-    const json pools = second.Call(http::verb::get, "/v1/pools").Json();
+    const json pools = offline.Call(http::verb::get, "/v1/pools").Json();
     if (pools["pools"][0]["ready"] == 1) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   Reply networked =
-      second.Call(http::verb::post, "/v1/sandboxes", json{{"network", allowlist}}.dump());
+      offline.Call(http::verb::post, "/v1/sandboxes", json{{"network", allowlist}}.dump());
   EXPECT_EQ(networked.status, 501) << networked.body;
-  json pool = second.Call(http::verb::get, "/v1/pools").Json()["pools"][0];
+  json pool = offline.Call(http::verb::get, "/v1/pools").Json()["pools"][0];
   EXPECT_EQ(pool["ready"], 1) << pool;
   EXPECT_EQ(pool["hits"], 0) << pool;
   EXPECT_EQ(pool["misses"], 0) << pool;
   // The positive control: a build and a create without a network work there, the create from
   // its pool (whose sandboxes have no link at all).
-  Reply plain_build = second.Call(http::verb::post, "/v1/templates",
-                                  json{{"name", "plain"}, {"steps", {{{"run", "true"}}}}}.dump());
+  Reply plain_build = offline.Call(http::verb::post, "/v1/templates",
+                                   json{{"name", "plain"}, {"steps", {{{"run", "true"}}}}}.dump());
   EXPECT_EQ(plain_build.status, 201) << plain_build.body;
-  Reply plain = second.Call(http::verb::post, "/v1/sandboxes", "{}");
+  Reply plain = offline.Call(http::verb::post, "/v1/sandboxes", "{}");
   ASSERT_EQ(plain.status, 201) << plain.body;
-  pool = second.Call(http::verb::get, "/v1/pools").Json()["pools"][0];
+  pool = offline.Call(http::verb::get, "/v1/pools").Json()["pools"][0];
   EXPECT_EQ(pool["hits"], 1) << pool;
   EXPECT_EQ(
-      second.Call(http::verb::delete_, "/v1/sandboxes/" + plain.Json()["id"].get<std::string>())
+      offline.Call(http::verb::delete_, "/v1/sandboxes/" + plain.Json()["id"].get<std::string>())
           .status,
       204);
 }
