@@ -1,7 +1,8 @@
 // The one benchmark that shows the speed (issue 7), run by bench/run: through a real airlockd,
 //
 //   warm create      POST /v1/sandboxes claimed from a full warm pool (the 201 means the agent
-//                    is up: ready for exec)
+//                    is up: ready for exec); and the same with an allowlist network, which
+//                    the claim applies to the pooled sandbox's parked link
 //   cold create      the same with no pool
 //   exec             POST .../exec of `true` in a running sandbox
 //   lifecycles       create, exec `true`, delete at concurrency 1, 8 and 32 (lifecycles/s)
@@ -521,45 +522,55 @@ b::WorkerFactory RunscWorker(const Env& env) {
 
 // ---- the phases ----
 
-// Warm create: before each create the base pool is full (the harness waits for the refill), so
-// each create is a claim; the claimed sandbox is deleted, untimed.
-Side MeasureWarmCreate(const Env& env, const Plan& plan, Report& report, json& pool_counts) {
-  Side side;
-  side.what = "POST /v1/sandboxes claimed from a full warm pool of " + std::to_string(plan.pool);
+// Warm creates: before each create the base pool is full (the harness waits for the refill), so
+// each create is a claim; the claimed sandbox is deleted, untimed. A create without a network
+// and one with an allowlist (the claim gives the pooled sandbox's parked link the policy)
+// alternate, so that both see the same host.
+void MeasureWarmCreate(const Env& env, const Plan& plan, Report& report, Side& plain,
+                       Side& networked, json& pool_counts) {
+  plain.what = "POST /v1/sandboxes claimed from a full warm pool of " + std::to_string(plan.pool);
+  networked.what = "the same with network allowlist (the claim applies the policy)";
   auto http = HttpClient::Open(env.url);
   if (!http) {
     report.Fail("warm create", http.error().message());
-    side.status = "failed";
-    return side;
+    plain.status = networked.status = "failed";
+    return;
   }
   http->set_timeout(std::chrono::minutes(2));
   auto before = b::BasePool(*http);
+  const std::pair<Side*, std::string> kinds[] = {
+      {&plain, "{}"},
+      {&networked, R"({"network": {"mode": "allowlist", "allow": ["example.invalid"]}})"}};
   for (int i = 0; i < plan.warm && !g_interrupted.load(); ++i) {
-    if (auto st = b::FillPool(*http, plan.pool); !st) {
-      report.Fail("warm create: filling the pool", st.error().message());
-      break;
+    for (const auto& [side, body] : kinds) {
+      if (auto st = b::FillPool(*http, plan.pool); !st) {
+        report.Fail("warm create: filling the pool", st.error().message());
+        break;
+      }
+      const auto t0 = Clock::now();
+      auto id = b::CreateSandbox(*http, body);
+      const auto t1 = Clock::now();
+      if (!id) {
+        report.Fail("warm create", id.error().message());
+        continue;
+      }
+      side->us.push_back(Us(t0, t1));
+      if (auto st = b::DeleteSandbox(*http, *id); !st)
+        report.Fail("warm delete", st.error().message());
     }
-    const auto t0 = Clock::now();
-    auto id = b::CreateSandbox(*http);
-    const auto t1 = Clock::now();
-    if (!id) {
-      report.Fail("warm create", id.error().message());
-      continue;
-    }
-    side.us.push_back(Us(t0, t1));
-    if (auto st = b::DeleteSandbox(*http, *id); !st)
-      report.Fail("warm delete", st.error().message());
   }
   auto after = b::BasePool(*http);
-  if (before && after && before->is_object() && after->is_object()) {
+  // Before the first fill there is no pool yet (null): its counts are zeros.
+  if (before && after && after->is_object()) {
+    const json start = before->is_object() ? *before : json::object();
     pool_counts = {
         {"pool", plan.pool},
-        {"hits", after->value("hits", int64_t{0}) - before->value("hits", int64_t{0})},
-        {"misses", after->value("misses", int64_t{0}) - before->value("misses", int64_t{0})}};
+        {"hits", after->value("hits", int64_t{0}) - start.value("hits", int64_t{0})},
+        {"misses", after->value("misses", int64_t{0}) - start.value("misses", int64_t{0})}};
   }
   if (auto st = b::FillPool(*http, 0); !st) report.Fail("emptying the pool", st.error().message());
-  if (side.us.empty()) side.status = "failed";
-  return side;
+  if (plain.us.empty()) plain.status = "failed";
+  if (networked.us.empty()) networked.status = "failed";
 }
 
 // Cold create (no pool), interleaved with bwrap cold starts; then as many creates that ask for
@@ -1142,13 +1153,17 @@ int Run(const Flags& flags) {
   {
     SandboxSet sandboxes(env.url);  // deleted (also on Ctrl-C) before the daemon stops
     Row warm{.op = "warm create"}, cold{.op = "cold create"}, exec{.op = "exec true"};
+    Row warm_networked{.op = "warm create, allowlist"};
     Row networked{.op = "cold create, allowlist"};
     std::vector<Row> lifecycle_rows, fork_rows;
     // A few lifecycles first, so that the first measured create does not pay for cold caches.
     (void)b::RunLevel("warm-up", 1, 10, b::ApiWorker(env.url));
 
     std::fprintf(stderr, "%s: warm create...\n", kTag);
-    warm.airlock = MeasureWarmCreate(env, plan, report, pool_counts);
+    MeasureWarmCreate(env, plan, report, warm.airlock, warm_networked.airlock, pool_counts);
+    warm_networked.bwrap =
+        Side{.status = "absent", .what = "no equivalent: compare with warm create"};
+    warm_networked.runsc = warm_networked.bwrap;
     if (!g_interrupted.load()) {
       std::fprintf(stderr, "%s: cold create...\n", kTag);
       MeasureCreate(env, plan, report, warm, cold, networked);
@@ -1182,6 +1197,10 @@ int Run(const Flags& flags) {
       const b::Summary s = warm.airlock.summary();
       warm.met = s.p50 <= 3000 && s.p99 <= 15000;
     }
+    warm_networked.target = "p50 <= 1.5 x warm create p50";
+    if (warm_networked.airlock.measured() && warm.airlock.measured()) {
+      warm_networked.met = warm_networked.airlock.summary().p50 <= 1.5 * warm.airlock.summary().p50;
+    }
     exec.target = "p50 <= 2 ms";
     if (exec.airlock.measured()) exec.met = exec.airlock.summary().p50 <= 2000;
     networked.target = "p50 <= cold create p50 + 2 ms";
@@ -1189,6 +1208,7 @@ int Run(const Flags& flags) {
       networked.met = networked.airlock.summary().p50 <= cold.airlock.summary().p50 + 2000;
     }
     report.rows.push_back(std::move(warm));
+    report.rows.push_back(std::move(warm_networked));
     report.rows.push_back(std::move(cold));
     report.rows.push_back(std::move(networked));
     report.rows.push_back(std::move(exec));
@@ -1211,9 +1231,11 @@ int Run(const Flags& flags) {
               load_after.c_str());
   PrintRows(report.rows);
   if (pool_counts.is_object()) {
-    std::printf("(warm create: pool of %d full before each create; %lld hits, %lld misses)\n",
-                pool_counts["pool"].get<int>(), pool_counts["hits"].get<long long>(),
-                pool_counts["misses"].get<long long>());
+    std::printf(
+        "(warm creates, both rows: pool of %d full before each create; %lld hits, %lld "
+        "misses)\n",
+        pool_counts["pool"].get<int>(), pool_counts["hits"].get<long long>(),
+        pool_counts["misses"].get<long long>());
   }
   std::printf(
       "(ms; ratios are airlock p50 / baseline p50, below 1x is faster than the baseline. "
@@ -1233,7 +1255,9 @@ int Run(const Flags& flags) {
   };
   std::printf("\ntargets (this machine)\n");
   for (const Row& row : report.rows) {
-    if (row.op != "warm create" && row.op != "exec true") continue;
+    if (row.op != "warm create" && row.op != "warm create, allowlist" && row.op != "exec true") {
+      continue;
+    }
     const b::Summary s = row.airlock.summary();
     std::string measured = row.airlock.measured() ? "p50 " + Ms(s.p50) : row.airlock.status;
     if (row.airlock.measured() && row.op == "warm create") measured += ", p99 " + Ms(s.p99);

@@ -729,6 +729,9 @@ output as it runs, and prints its name. The file has the fields of POST /v1/temp
     memory_mb = 1024
     [env]
     MODE = "production"
+    [network]                      # the build's own network, not the template's
+    mode = "allowlist"
+    allow = ["pypi.org", "files.pythonhosted.org"]
     [[steps]]
     run = "mkdir -p /opt/app"
     [[steps]]

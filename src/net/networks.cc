@@ -146,6 +146,18 @@ std::string ReadSysctl(const std::string& path) {
   return value;
 }
 
+// An allowlist sandbox's env: the proxy on its gateway, for clients that ask for one.
+std::vector<std::string> ProxyEnvOf(const std::string& gateway, uint16_t port) {
+  std::vector<std::string> env;
+  const std::string proxy = "http://" + gateway + ":" + std::to_string(port);
+  for (const char* key : {"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"}) {
+    env.push_back(std::string(key) + "=" + proxy);
+  }
+  env.push_back("NO_PROXY=localhost,127.0.0.1,::1");
+  env.push_back("no_proxy=localhost,127.0.0.1,::1");
+  return env;
+}
+
 }  // namespace
 
 struct Networks::Attached {
@@ -924,15 +936,15 @@ Result<Attachment> Networks::Join(const std::string& sandbox, uint32_t slot,
   a.gateway = gw;
   a.address = addr;
   if (attached->address6) a.address6 = attached->address6->to_string();
-  if (attached->policy.mode() == NetworkMode::kAllowlist) {
-    const std::string proxy = "http://" + gw + ":" + std::to_string(proxy_->port());
-    for (const char* key : {"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"}) {
-      a.env.push_back(std::string(key) + "=" + proxy);
-    }
-    a.env.push_back("NO_PROXY=localhost,127.0.0.1,::1");
-    a.env.push_back("no_proxy=localhost,127.0.0.1,::1");
-  }
+  if (attached->policy.mode() == NetworkMode::kAllowlist) a.env = ProxyEnvOf(gw, proxy_->port());
   return a;
+}
+
+std::vector<std::string> Networks::ProxyEnv(const std::string& sandbox) const {
+  std::lock_guard lock(mu_);
+  auto it = by_sandbox_.find(sandbox);
+  if (it == by_sandbox_.end()) return {};
+  return ProxyEnvOf(Gateway(it->second->slot).to_string(), proxy_->port());
 }
 
 Status Networks::Update(const std::string& sandbox, const NetworkPolicy& given) {
@@ -1007,8 +1019,10 @@ int Networks::RemoveUnclaimed() {
     ::closedir(dir);
   }
   int removed = 0;
+  // The veth too: a namespace that a live process still holds (a claimed pooled sandbox whose
+  // link was being taken away when the daemon died) outlives its name, and its veth with it.
   for (uint32_t slot : doomed) {
-    if (RunProgramOk({"ip", "netns", "del", NetnsName(slot)})) ++removed;
+    if (DeleteLink(slot)) ++removed;
   }
   return removed;
 }

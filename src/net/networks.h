@@ -117,6 +117,9 @@ class Networks {
   [[nodiscard]] Status CheckLimits(const NetworkPolicy& policy) const;
   // Takes the sandbox's network apart. Detaching one that has none succeeds.
   [[nodiscard]] Status Detach(const std::string& sandbox);
+  // HTTP_PROXY and friends naming the proxy on the sandbox's gateway, KEY=VALUE: what an
+  // allowlist sandbox's commands get (Attachment::env). Empty when it has no network here.
+  std::vector<std::string> ProxyEnv(const std::string& sandbox) const;
   // Deletes this daemon's namespaces that no attached sandbox holds (after recovery); how many.
   int RemoveUnclaimed();
   // Starts the thread that makes links ahead (config.warm_links) and takes detached ones

@@ -244,10 +244,9 @@ TEST_F(PoolTest, RestartAfterSigkillAdoptsThePoolAndKeepsItsSize) {
   ASSERT_TRUE(WaitReady(2));
   std::set<std::string> pooled = JailIds();
   ASSERT_EQ(pooled.erase(claimed), 1u);
+  // Started again as it is: a new Daemon would first remove what this one's networking left,
+  // the pooled sandboxes' network namespaces included.
   ASSERT_TRUE(WIFSIGNALED(daemon_->Stop(SIGKILL)));
-  const std::string state_dir = daemon_->state_dir();
-  daemon_.reset();
-  daemon_.emplace(state_dir);
   ASSERT_TRUE(daemon_->Start());
   // The same sandboxes are ready again: adopted, none made anew, none orphaned.
   const json pool = BasePool();

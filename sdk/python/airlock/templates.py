@@ -93,13 +93,17 @@ class Templates:
         memory_mb: Optional[int] = None,
         pids_max: Optional[int] = None,
         disk_mb: Optional[int] = None,
+        network: Optional[Mapping[str, Any]] = None,
         on_output: Optional[Callable[[str], None]] = None,
     ) -> Template:
         """Builds a template and returns it ready; a failed step raises (the error names the
         step and ends with its output). `base` is "base", a template, "debian:<suite>" or the
         absolute path of an OCI image archive on the daemon's host (below its image_dir).
         `on_output` gets each piece of the steps' output (decoded text) as the build runs,
-        and mmdebstrap's while a Debian base is made."""
+        and mmdebstrap's while a Debian base is made. `network` is the build sandbox's policy,
+        as Sandbox.create takes it (e.g. {"mode": "allowlist", "allow": ["pypi.org"]}, so that
+        a step can install from an index); the template keeps no trace of it, and its
+        sandboxes get the network their own create asks for."""
         body: Dict[str, Any] = {"name": name, "steps": [dict(s) for s in steps], "stream": True}
         for key, value in (("base", base), ("workdir", workdir), ("start_cmd", start_cmd),
                            ("ready_cmd", ready_cmd), ("ready_timeout_seconds", ready_timeout_seconds),
@@ -109,6 +113,8 @@ class Templates:
                 body[key] = value
         if env is not None:
             body["env"] = dict(env)
+        if network is not None:
+            body["network"] = dict(network)
         for line in self._client.stream_lines("POST", "/v1/templates", json_body=body,
                                               deadline=float("inf")):
             event = json.loads(line)

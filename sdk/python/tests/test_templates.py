@@ -37,6 +37,28 @@ def test_a_failed_step_raises_with_its_output(daemon: object) -> None:
     Client().templates.delete("sdk-broken")
 
 
+def test_a_build_has_the_network_it_asks_for_and_its_template_none(daemon: object) -> None:
+    client = Client()
+    try:
+        t = client.templates.build(
+            "sdk-net",
+            network={"mode": "allowlist", "allow": ["allowed.invalid"]},
+            # The proxy answers (a 403 for a name not on the list): the step had the network.
+            steps=[Template.run("test -n \"$HTTP_PROXY\" && mkdir -p /opt && "
+                                "curl -s -m 10 -o /dev/null -w '%{http_code}' "
+                                "http://other.invalid/ > /opt/code")])
+    except Exception as e:  # the daemon could not set up networking (no nftables, not root)
+        if "no sandbox networking" in str(e):
+            pytest.skip(str(e))
+        raise
+    assert t.state == "ready" and t.env_keys == []
+    with Sandbox.create(template="sdk-net", ttl_seconds=300) as sbx:
+        assert sbx.network["mode"] == "none"
+        assert sbx.exec("cat /opt/code").stdout == "403"
+        assert sbx.exec("echo ${HTTP_PROXY:-unset}").stdout == "unset\n"
+    client.templates.delete("sdk-net")
+
+
 def test_snapshot_and_fork(sbx: Sandbox) -> None:
     sbx.files.write("/home/user/state.txt", b"before\n")
     t = sbx.snapshot("sdk-snap")

@@ -852,7 +852,7 @@ Result<CreateTemplateRequest> CreateTemplateRequest::FromJson(std::string_view b
   AIRLOCK_TRY(RejectUnknownFields(
       doc, "request body",
       {"name", "base", "steps", "env", "workdir", "cpus", "memory_mb", "pids_max", "disk_mb",
-       "start_cmd", "ready_cmd", "ready_timeout_seconds", "stream"}));
+       "start_cmd", "ready_cmd", "ready_timeout_seconds", "stream", "network"}));
   CreateTemplateRequest req;
   if (!doc.contains("name")) return Invalid("name is required");
   AIRLOCK_TRY_ASSIGN(req.name, GetString(doc["name"], "name", kMaxTemplateNameBytes, false));
@@ -897,6 +897,9 @@ Result<CreateTemplateRequest> CreateTemplateRequest::FromJson(std::string_view b
                                          kMaxReadyTimeoutSeconds));
   }
   if (doc.contains("stream")) AIRLOCK_TRY_ASSIGN(req.stream, GetBool(doc["stream"], "stream"));
+  if (doc.contains("network")) {
+    AIRLOCK_TRY_ASSIGN(req.network, net::NetworkPolicy::FromJson(doc["network"]));
+  }
   return req;
 }
 

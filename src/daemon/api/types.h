@@ -163,6 +163,9 @@ struct CreateTemplateRequest {
   std::string ready_cmd;  // run until it exits 0 before a create returns
   double ready_timeout_seconds = kDefaultReadyTimeoutSeconds;
   bool stream = false;  // answer with NDJSON build events as they happen
+  // The build sandbox's network (a create's "network"); not a setting of the template: its
+  // sandboxes get the network their own create asks for.
+  net::NetworkPolicy network;
   // The template's owner: "" (shared) or a tenant. Never from the body: the router sets it.
   std::string tenant;
 

@@ -227,6 +227,7 @@ void Controller::RecoverOne(const SandboxRecord& rec, RecoveryReport& report) {
     give_up("airlockd restarted and " + adopted.error().message());
     return;
   }
+  std::vector<std::string> network_env;  // an allowlist network's HTTP_PROXY and friends
   if (auto slot = rec.resources.find(kNetSlot); slot != rec.resources.end()) {
     uint32_t number = 0;
     const std::string& text = slot->second;
@@ -241,10 +242,17 @@ void Controller::RecoverOne(const SandboxRecord& rec, RecoveryReport& report) {
               adopted_net.error().message());
       return;
     }
+    network_env = std::move(adopted_net->env);
   }
   auto workdir = rec.resources.find(kWorkdir);
-  Hold(id, rec.resources.contains(kEnvPerCommand) ? rec.env : std::vector<std::string>{},
-       workdir == rec.resources.end() ? "" : workdir->second);
+  // A claimed sandbox's commands carry its env, and its network's as a cold create's agent has
+  // it (after the request's env); the others' agent has both from its start.
+  std::vector<std::string> env;
+  if (rec.resources.contains(kEnvPerCommand)) {
+    env = rec.env;
+    env.insert(env.end(), network_env.begin(), network_env.end());
+  }
+  Hold(id, std::move(env), workdir == rec.resources.end() ? "" : workdir->second);
   if (!paused && !rec.pooled) {
     // A claim commits the request's limits before it writes them to the engine; a crash in
     // between would leave the pool's defaults in force. Writing the recorded ones again closes
@@ -353,14 +361,27 @@ int64_t Controller::PurgeDestroyed() {
   return *purged;
 }
 
+Status Controller::CheckNetwork(const net::NetworkPolicy& policy) const {
+  if (policy.mode() == net::NetworkMode::kNone) return {};
+  if (!networks_) {
+    return Fail(ErrorCode::kUnimplemented,
+                "this airlockd has no sandbox networking (it could not set it up at start; see "
+                "its log), so only network mode \"none\" is served");
+  }
+  if (policy.mode() == net::NetworkMode::kOpen && networks_->config().uplink.empty()) {
+    return Fail(ErrorCode::kFailedPrecondition,
+                "network mode open needs an uplink (network_uplink in airlockd.toml)");
+  }
+  return networks_->CheckLimits(policy);
+}
+
 Result<SandboxRecord> Controller::Create(const api::CreateSandboxRequest& request) {
+  // Refused before a pooled sandbox is claimed for it (the cold path would refuse it too).
+  if (auto st = CheckNetwork(request.network); !st) return std::unexpected(st.error());
   auto resolved = ResolveTemplate(request);
   if (!resolved) return std::unexpected(resolved.error());
   auto made = [&] {
-    // Pooled sandboxes have no network: one that asks for a network is made fresh.
-    if (resolved->request.network.mode() == net::NetworkMode::kNone) {
-      if (auto claimed = ClaimFromPool(resolved->request)) return std::move(*claimed);
-    }
+    if (auto claimed = ClaimFromPool(resolved->request)) return std::move(*claimed);
     return CreateSandbox(resolved->request, /*pooled=*/false, &resolved->origin);
   }();
   if (!made) return made;
@@ -402,23 +423,20 @@ Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest&
   record.pooled = pooled;
   record.layers = origin.layers;
   record.tenant = request.tenant;
+  if (auto st = CheckNetwork(request.network); !st) return std::unexpected(st.error());
   const bool networked = request.network.mode() != net::NetworkMode::kNone;
   if (networked) record.network = request.network.ToJson().dump();
-  if (networked && !networks_) {
-    return Fail(ErrorCode::kUnimplemented,
-                "this airlockd has no sandbox networking (it could not set it up at start; see "
-                "its log), so only network mode \"none\" is served");
-  }
-  if (networked) {
-    if (auto st = networks_->CheckLimits(request.network); !st) return std::unexpected(st.error());
-  }
+  // A pooled sandbox's network namespace must exist before the engine makes it (the jail joins
+  // it as it clones), so the pool's sandboxes are made linked but parked; a claim gives them the
+  // request's policy or takes the link away (ClaimFromPool).
+  const bool linked = networked || (pooled && networks_ != nullptr);
   const std::string id = record.id;
   // The record exists before any resource does, so a crash during the create leaves a trace.
   if (auto inserted = store_.Insert(record); !inserted) {
     return std::unexpected(inserted.error().Wrap("recording " + id));
   }
   auto fail = [&](Error error) -> Result<SandboxRecord> {
-    if (networked) DetachNetwork(id);
+    if (linked) DetachNetwork(id);
     if (pooled) {
       Discard(id);
     } else if (auto marked = store_.MarkFailed(id, error.message()); !marked) {
@@ -434,8 +452,8 @@ Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest&
   spec.env = record.env;
   spec.layers = origin.layers;
   std::optional<net::Attachment> network;
-  if (networked) {
-    auto attached = networks_->Attach(id, request.network);
+  if (linked) {
+    auto attached = networks_->Attach(id, request.network);  // mode none: parked
     if (!attached) return fail(std::move(attached.error()));
     network = std::move(*attached);
     spec.netns = network->netns_path;
@@ -526,8 +544,8 @@ Result<SandboxRecord> Controller::Patch(const std::string& id,
   if (!record) return record;
   api::Metadata metadata = record->metadata;
   if (auto st = request.ApplyMetadata(metadata); !st) return std::unexpected(st.error());
-  if (request.network && networks_) {  // refused before anything changes
-    if (auto st = networks_->CheckLimits(*request.network); !st) return std::unexpected(st.error());
+  if (request.network) {  // refused before anything changes
+    if (auto st = CheckNetwork(*request.network); !st) return std::unexpected(st.error());
   }
   if (request.ttl_seconds) {
     record = store_.UpdateTtl(id, NowMs() + *request.ttl_seconds * 1000);
@@ -656,6 +674,11 @@ Result<Controller::Channel> Controller::Acquire(const std::string& id, bool allo
   }
   std::shared_ptr<Live> live = FindLive(id);
   if (!live) return Fail(ErrorCode::kUnavailable, "sandbox " + id + " is not held by this daemon");
+  return ChannelTo(id, std::move(live));
+}
+
+Result<Controller::Channel> Controller::ChannelTo(const std::string& id,
+                                                  std::shared_ptr<Live> live) {
   {
     std::lock_guard lock(live->channels_mu);
     if (!live->idle.empty()) {
@@ -672,6 +695,15 @@ Result<Controller::Channel> Controller::Acquire(const std::string& id, bool allo
     return std::unexpected(Explain(id, client.error().Wrap("connecting to the agent of " + id)));
   }
   return Channel(live, std::move(*client));
+}
+
+Status Controller::WriteHeldFile(const std::string& id, std::shared_ptr<Live> live,
+                                 const std::string& path, std::string_view data) {
+  auto channel = ChannelTo(id, std::move(live));
+  if (!channel) return std::unexpected(channel.error());
+  if (auto st = (*channel)->WriteFile(path, data, 0644, false); !st) return st;
+  channel->Keep();
+  return {};
 }
 
 Error Controller::Explain(const std::string& id, Error error) {

@@ -117,6 +117,10 @@ class Controller {
     return network_events_ ? network_events_->counts() : VerdictCounts{};
   }
 
+  // Whether this daemon can give a sandbox (or a build) `policy`: 501 without sandbox
+  // networking for any mode but none, 409 for open mode without an uplink. Changes nothing.
+  [[nodiscard]] Status CheckNetwork(const net::NetworkPolicy& policy) const;
+
   // Call once at start, before serving. Brings every record and every engine resource into
   // agreement: running / paused sandboxes whose agent is alive are adopted (held as if created
   // here); creating ones (a create the previous run never finished) and those that cannot be
@@ -319,7 +323,9 @@ class Controller {
   std::shared_ptr<Live> FindLive(const std::string& id);
   void Hold(const std::string& id, std::vector<std::string> env, std::string cwd);
   // The cold path: a new sandbox for `request`. `pooled`: made by the filler, hidden from the
-  // API until claimed, and on failure left destroyed rather than failed (nobody asked for it).
+  // API until claimed, and on failure left destroyed rather than failed (nobody asked for it);
+  // with sandbox networking it gets a parked link (a network of mode none: its veth is in no
+  // firewall set, so it can send nothing) that a claim turns into the request's network.
   // `origin`: the layers and workdir (default: the template's, resolved here).
   Result<store::SandboxRecord> CreateSandbox(const api::CreateSandboxRequest& request, bool pooled,
                                              const Origin* origin = nullptr);
@@ -338,6 +344,12 @@ class Controller {
   // The sandbox must be held here and running (and not pooled, unless `allow_pooled`); then a
   // channel to its agent.
   Result<Channel> Acquire(const std::string& id, bool allow_pooled = false);
+  // A channel to the agent of `id`, held here as `live`, without a look at its record.
+  Result<Channel> ChannelTo(const std::string& id, std::shared_ptr<Live> live);
+  // Writes a file (0644) in a sandbox held here whose state the caller knows (a claim's): one
+  // round trip to its agent, no record read, no stat after.
+  Status WriteHeldFile(const std::string& id, std::shared_ptr<Live> live, const std::string& path,
+                       std::string_view data);
   // After an operation failed: the sandbox's state if it no longer fits (the destroy or pause
   // that interrupted it), else `error`.
   Error Explain(const std::string& id, Error error);
@@ -375,6 +387,11 @@ class Controller {
   bool pool_stop_ = false;             // guarded by pool_mu_
   bool pool_wake_ = false;             // a claim or resize happened; guarded by pool_mu_
   bool pool_resized_ = false;          // ends an error backoff early; guarded by pool_mu_
+  // Sandboxes claimed with network mode none whose parked link the filler takes away (the
+  // claim does not wait for it); guarded by pool_mu_.
+  std::vector<std::string> pool_unlink_;
+  // Detaches the networks of pool_unlink_, with `lock` (on pool_mu_) released meanwhile.
+  void UnlinkClaimed(std::unique_lock<std::mutex>& lock);
   std::thread filler_;
 
   // Held from a snapshot until what refers to the new layer is recorded, and by CollectLayers:
@@ -407,6 +424,9 @@ class Controller {
 
   // The sandbox's network policy as its record keeps it (mode none when it has none).
   static net::NetworkPolicy PolicyOf(const store::SandboxRecord& r);
+  // What the jail's resolv.conf says in a sandbox without a network (a pooled sandbox claimed
+  // with mode none, and a build's layer, are given the same).
+  static constexpr std::string_view kNoNetworkResolvConf = "# this sandbox has no network\n";
   void DetachNetwork(const std::string& id);
 
   ImageSources images_;

@@ -73,6 +73,20 @@ std::optional<Result<SandboxRecord>> Controller::ClaimFromPool(
     CountMiss(name, kMissEnv);
     return std::nullopt;
   }
+  // The filler refills the pool (and takes a claimed sandbox's unused link away) once this
+  // claim is done, whatever its outcome, so that its work does not slow the claim's own.
+  struct WakeFiller {
+    Controller& c;
+    ~WakeFiller() {
+      {
+        std::lock_guard lock(c.pool_mu_);
+        c.pool_wake_ = true;
+      }
+      c.pool_cv_.notify_all();
+    }
+  } wake_filler{*this};
+  const bool networked = request.network.mode() != net::NetworkMode::kNone;
+  bool linked = false;  // the pooled sandbox has a (parked) link
   // One transaction: the record stops being pooled and takes the request's settings, so no
   // other create can have it and a crash after it leaves a normal running sandbox.
   auto claimed = store_.ClaimPooled(name, [&](SandboxRecord& r) {
@@ -86,12 +100,18 @@ std::optional<Result<SandboxRecord>> Controller::ClaimFromPool(
     r.expires_at_ms = DeadlineMs(request.ttl_seconds);
     // Recovery must know that this agent lacks the env and the controller sends it.
     r.resources.try_emplace(kEnvPerCommand, "yes");
+    // The record says the network the sandbox has from now on: the request's policy on its
+    // link (recovery adopts it with that policy), or none, its link being taken away below
+    // (and, should the daemon die first, by the next start's RemoveUnclaimed).
+    linked = r.resources.contains(kNetSlot);
+    if (networked) {
+      r.network = request.network.ToJson().dump();
+    } else {
+      r.resources.erase(kNetSlot);
+      r.resources.erase(kNetAddress);
+      r.resources.erase(kNetAddress6);
+    }
   });
-  {
-    std::lock_guard lock(pool_mu_);
-    pool_wake_ = true;  // refill, whatever happened
-  }
-  pool_cv_.notify_all();
   if (!claimed) {
     spdlog::error("pool {}: claiming: {}", name, claimed.error().message());
     CountMiss(name, kMissError);
@@ -122,9 +142,34 @@ std::optional<Result<SandboxRecord>> Controller::ClaimFromPool(
       return abandon(kMissLimits, st.error().message());
     }
   }
+  std::vector<std::string> sandbox_env = env;
+  if (networked) {
+    // The firewall set of its mode and the policy the proxy and the DNS stub judge it by: one
+    // nftables transaction. resolv.conf names its gateway since it was made.
+    if (!linked) return abandon(kMissError, "it was made without a network link");
+    if (auto st = networks_->Update(id, request.network); !st) {
+      return abandon(kMissError, st.error().message());
+    }
+    // A cold create's agent has HTTP_PROXY and friends from its start; this one's commands
+    // carry them (after the request's env, as there).
+    if (request.network.mode() == net::NetworkMode::kAllowlist) {
+      for (std::string& kv : networks_->ProxyEnv(id)) sandbox_env.push_back(std::move(kv));
+    }
+  } else if (linked) {
+    // Mode none: the link goes, taken apart by the filler after the claim (parked until then,
+    // it sends nothing; the record names it no more), and resolv.conf stops naming a gateway,
+    // as in a cold sandbox without a network.
+    {
+      std::lock_guard lock(pool_mu_);
+      pool_unlink_.push_back(id);
+    }
+    if (auto st = WriteHeldFile(id, live, "/etc/resolv.conf", kNoNetworkResolvConf); !st) {
+      return abandon(kMissError, "rewriting its resolv.conf: " + st.error().message());
+    }
+  }
   {
     std::lock_guard lock(live->channels_mu);
-    live->env = env;
+    live->env = std::move(sandbox_env);
   }
   {
     std::lock_guard lock(pool_mu_);
@@ -238,11 +283,20 @@ Result<bool> Controller::FillStep() {
   return true;
 }
 
+void Controller::UnlinkClaimed(std::unique_lock<std::mutex>& lock) {
+  std::vector<std::string> ids;
+  ids.swap(pool_unlink_);
+  lock.unlock();
+  for (const std::string& id : ids) DetachNetwork(id);
+  lock.lock();
+}
+
 void Controller::StartPoolFiller() {
   filler_ = std::thread([this] {
     std::chrono::milliseconds backoff{0};
     std::unique_lock lock(pool_mu_);
     while (!pool_stop_) {
+      UnlinkClaimed(lock);
       lock.unlock();
       auto worked = FillStep();
       lock.lock();
@@ -253,7 +307,8 @@ void Controller::StartPoolFiller() {
         }
         backoff = std::min<std::chrono::milliseconds>(
             kMaxBackoff, backoff.count() == 0 ? kFirstBackoff : backoff * 2);
-        pool_cv_.wait_for(lock, backoff, [this] { return pool_stop_ || pool_resized_; });
+        pool_cv_.wait_for(lock, backoff,
+                          [this] { return pool_stop_ || pool_resized_ || !pool_unlink_.empty(); });
         pool_resized_ = false;
         continue;
       }
@@ -274,6 +329,8 @@ void Controller::StopPoolFiller() {
   }
   pool_cv_.notify_all();
   if (filler_.joinable()) filler_.join();
+  std::unique_lock lock(pool_mu_);
+  UnlinkClaimed(lock);  // what the last claims left it
 }
 
 }  // namespace airlock::daemon

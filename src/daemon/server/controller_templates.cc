@@ -175,6 +175,7 @@ Result<runtime::LayerSnapshot> Controller::SnapshotLayer(const std::string& id) 
 
 Result<TemplateRecord> Controller::BuildTemplate(const api::CreateTemplateRequest& request,
                                                  const std::function<void(std::string)>& log) {
+  if (auto st = CheckNetwork(request.network); !st) return std::unexpected(st.error());
   api::TemplateSettings settings = api::TemplateSettings::From(request);
   // An imported image's layer is named by no record until the build sandbox's is.
   std::optional<LayerPin> pin;
@@ -238,6 +239,9 @@ Result<TemplateRecord> Controller::BuildTemplate(const api::CreateTemplateReques
   sandbox_request.env = settings.env;
   settings.limits_given.Apply(settings.limits, sandbox_request.limits);
   sandbox_request.metadata[kBuildMetadataKey] = request.name;
+  // Its HTTP_PROXY and friends reach the steps through the agent's own env, never the
+  // template's settings.
+  sandbox_request.network = request.network;
   // The build sandbox belongs to the template's tenant (a shared template's to admin).
   if (!request.tenant.empty()) sandbox_request.tenant = request.tenant;
   {
@@ -326,6 +330,23 @@ Result<TemplateRecord> Controller::BuildTemplate(const api::CreateTemplateReques
       if (tail.size() > 1024) tail = "..." + tail.substr(tail.size() - 1024);
       return fail(Error(ErrorCode::kFailedPrecondition,
                         what + " (" + step.run + ") " + how + "; its output ended with: " + tail));
+    }
+  }
+
+  if (request.network.mode() != net::NetworkMode::kNone) {
+    // The jail wrote resolv.conf naming the build's gateway into the writable layer; the
+    // template's sandboxes get their own at create, and the layer keeps what a build without a
+    // network has there (root's, 0644).
+    api::ExecRequest scrub;
+    scrub.cmd = "umask 022 && rm -f /etc/resolv.conf && printf '%s' '" +
+                std::string(kNoNetworkResolvConf) + "' > /etc/resolv.conf";
+    scrub.user = "root";
+    auto scrubbed = Exec(build_id, scrub);
+    if (!scrubbed || scrubbed->exit.exit_code != 0) {
+      return fail(
+          scrubbed ? Error(ErrorCode::kFailedPrecondition,
+                           "resetting /etc/resolv.conf after the steps: " + scrubbed->stderr_data)
+                   : scrubbed.error());
     }
   }
 

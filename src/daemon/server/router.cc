@@ -471,6 +471,8 @@ HttpReply Router::Templates(const HttpRequest& request, const Caller& caller,
     if (!create) return ErrorReply(create.error());
     if (auto st = CheckTemplateVisible(caller, create->base); !st) return ErrorReply(st.error());
     create->tenant = caller.admin ? "" : caller.tenant;  // an admin's is shared
+    // Before a stream starts: its status line must be the refusal's.
+    if (auto st = controller_.CheckNetwork(create->network); !st) return ErrorReply(st.error());
     if (create->stream) {
       HttpReply reply{200, "", ""};
       reply.content_type = "application/x-ndjson";

@@ -421,6 +421,29 @@ TEST(CreateSandboxRequestTest, NetworkIsParsedAndBadRulesNameTheirPlace) {
   EXPECT_EQ(patch->network->mode(), net::NetworkMode::kOpen);
 }
 
+TEST(CreateTemplateRequestTest, NetworkIsACreatesAndNotATemplateSetting) {
+  auto none = CreateTemplateRequest::FromJson(R"({"name": "t"})");
+  ASSERT_TRUE(none) << none.error().message();
+  EXPECT_EQ(none->network.mode(), net::NetworkMode::kNone);
+  auto allow = CreateTemplateRequest::FromJson(
+      R"({"name": "t", "network": {"mode": "allowlist", "allow": ["PyPI.org"]}})");
+  ASSERT_TRUE(allow) << allow.error().message();
+  EXPECT_EQ(allow->network.mode(), net::NetworkMode::kAllowlist);
+  EXPECT_EQ(allow->network.ToJson()["allow"], json::array({"pypi.org"}));
+  // The template's stored settings have no network.
+  const json stored = json::parse(TemplateSettings::From(*allow).ToJson({}));
+  EXPECT_FALSE(stored.contains("network")) << stored;
+  // A bad policy is refused with a create's words.
+  const std::string policy = R"({"mode": "allowlist", "allow": ["ok.org", "bad..org"]})";
+  auto bad = CreateTemplateRequest::FromJson(R"({"name": "t", "network": )" + policy + "}");
+  auto bad_create = CreateSandboxRequest::FromJson(R"({"network": )" + policy + "}");
+  ASSERT_FALSE(bad);
+  ASSERT_FALSE(bad_create);
+  EXPECT_EQ(bad.error().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(bad.error().message(), bad_create.error().message());
+  EXPECT_FALSE(CreateTemplateRequest::FromJson(R"({"name": "t", "network": "open"})"));
+}
+
 TEST(PatchSandboxRequestTest, MetadataIsAMergePatch) {
   auto r = PatchSandboxRequest::FromJson(R"({"metadata": {"add": "1", "drop": null}})");
   ASSERT_TRUE(r.has_value()) << r.error().message();
