@@ -339,7 +339,9 @@ int Run(const Flags& flags) {
   }
   b::DaemonProcess daemon(kTag, g_interrupted);
   std::vector<std::string> args = internet.DaemonArgs();
-  args.insert(args.end(), {"--network-id", "nb", "--network-subnet", "10.218." + n + ".0/24"});
+  // No bandwidth cap: the rows measure the path, not the daemon's default share (1000 Mbit/s).
+  args.insert(args.end(), {"--network-id", "nb", "--network-subnet", "10.218." + n + ".0/24",
+                           "--network-bandwidth-mbps", "0"});
   if (auto st = daemon.Start(scratch.path() + "/daemon", scratch.path() + "/airlockd.log", args);
       !st) {
     std::fprintf(stderr, "%s: starting airlockd: %s\n--- airlockd log ---\n%s", kTag,

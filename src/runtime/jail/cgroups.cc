@@ -51,6 +51,9 @@ constexpr double kMaxCpus = 4096;
 constexpr int kFreezeTimeoutMs = 2000;
 constexpr int kDestroyKillTimeoutMs = 5000;
 constexpr int kRmdirBusyRetryMs = 1000;
+// How often a create makes the shared parent again when another sandbox's destroy removed it
+// between its mkdir and the sandbox's own.
+constexpr int kParentRaceRetries = 8;
 constexpr int kKillRoundIntervalMs = 200;
 
 using Clock = std::chrono::steady_clock;
@@ -470,8 +473,9 @@ Result<SandboxCgroup> SandboxCgroup::Create(const CgroupLayout& layout, std::str
     for (auto it = made.rbegin(); it != made.rend(); ++it) (void)RemoveCgroupDir(*it);
   });
   for (const std::string& dir : cgroup.dirs_) {
-    // The parent may be missing: v1 parents are made here, and a cleanup may have removed an
-    // empty one meanwhile (hence the second attempt).
+    // The parent may be missing: v1 parents are made here, and the last sandbox out (of this
+    // daemon or another on the host) may have removed an empty one meanwhile, again and again
+    // under churn (hence the retries).
     for (int attempt = 0;; ++attempt) {
       std::string parent = Parent(dir);
       auto parent_made = EnsureDir(parent);
@@ -485,7 +489,7 @@ Result<SandboxCgroup> SandboxCgroup::Create(const CgroupLayout& layout, std::str
       }
       if (::mkdir(dir.c_str(), 0755) == 0) break;
       int err = errno;
-      if (err == ENOENT && attempt == 0) continue;
+      if (err == ENOENT && attempt < kParentRaceRetries) continue;
       if (err == EEXIST) {
         return Fail(ErrorCode::kAlreadyExists, context + ": " + dir + " exists already");
       }
