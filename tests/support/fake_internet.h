@@ -185,6 +185,9 @@ class FakeSites {
       }
       if (first && !request.empty()) Received(l);
       if (!first && end == std::string::npos) return;  // a kept connection went quiet or away
+      // A client that sent no request line (it only connected) gets the site's answer anyway,
+      // as before, but nothing is parsed out of a head shorter than a method.
+      if (request.size() < 4) request = "GET / HTTP/1.0\r\n\r\n";
       const std::string head_in = request.substr(0, end == std::string::npos ? end : end + 4);
       request.erase(0, end == std::string::npos ? end : end + 4);
       std::string host;
