@@ -389,8 +389,9 @@ struct EgressProxy::State : std::enable_shared_from_this<EgressProxy::State> {
       c->policy = std::move(*policy);
       c->client_ip = client;
       // The sandbox's own cap (network.max_connections), else the proxy's.
-      const size_t client_cap = c->policy.max_connections() != 0 ? c->policy.max_connections()
-                                                                   : limits.max_connections_per_client;
+      const size_t client_cap = c->policy.max_connections() != 0
+                                    ? c->policy.max_connections()
+                                    : limits.max_connections_per_client;
       bool over = false;
       {
         std::lock_guard lock(mu);

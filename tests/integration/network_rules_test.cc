@@ -1,12 +1,11 @@
 // A sandbox's own rules hold for every packet it sends (docs/design/network.md, "Rules on every
-// packet"): for each mode (open, allowlist) and each rule shape (CIDR, address, address:port,
-// name, wildcard name), the denied destination is tried every way a sandbox can send to it:
-// curl through the proxy and without it, a raw TCP socket, UDP, the address spelled in decimal
-// and as an IPv4-mapped IPv6 address; and again after a live policy change. Each denial sits
-// beside a positive control that reaches the allowed neighbour the same way. IPv6 in open mode
-// is policed by the same rules, and the metadata address stays out of reach. Per-sandbox caps:
-// connections at once, and bandwidth (the second of two sandboxes keeps its share while the
-// first floods).
+// packet"): for each mode (open, allowlist) and each rule shape (CIDR, address, address:port, name,
+// wildcard name), the denied destination is tried every way a sandbox can send to it: curl through
+// the proxy and without it, a raw TCP socket, UDP, the address spelled in decimal, in octal and as
+// an IPv4-mapped IPv6 address; and again after a live policy change. Each denial sits beside a
+// positive control that reaches the allowed neighbour the same way. IPv6 in open mode is policed by
+// the same rules, and the metadata address stays out of reach. Per-sandbox caps: connections at
+// once, and bandwidth (the second of two sandboxes keeps its share while the first floods).
 //
 // A real airlockd with a fake internet of its own (tests/support/fake_internet.h) as its uplink:
 // sites on 198.18.N.2, .3 and .200 (and 2001:db8:N::2, ::3), counting every connection and
@@ -17,6 +16,7 @@
 #include <arpa/inet.h>
 
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -56,7 +56,7 @@ except OSError as e:
     print("error " + type(e).__name__, file=sys.stderr)
 )PY";
 
-enum class Way { kCurlProxy, kCurlDirect, kTcp, kUdp, kDecimal, kMapped };
+enum class Way { kCurlProxy, kCurlDirect, kTcp, kUdp, kDecimal, kOctal, kMapped };
 
 const char* WayName(Way w) {
   switch (w) {
@@ -70,6 +70,8 @@ const char* WayName(Way w) {
       return "UDP";
     case Way::kDecimal:
       return "the address in decimal";
+    case Way::kOctal:
+      return "the address in octal";
     case Way::kMapped:
       return "the address as IPv4-mapped IPv6";
   }
@@ -81,6 +83,20 @@ std::string Decimal(const std::string& ipv4) {
   in_addr a{};
   ::inet_pton(AF_INET, ipv4.c_str(), &a);
   return std::to_string(ntohl(a.s_addr));
+}
+
+// "198.18.1.3" -> "0306.022.01.03".
+std::string Octal(const std::string& ipv4) {
+  std::string out;
+  size_t at = 0;
+  for (int i = 0; i < 4; ++i) {
+    const size_t dot = ipv4.find('.', at);
+    char part[8];
+    std::snprintf(part, sizeof part, "0%o", std::stoi(ipv4.substr(at, dot - at)));
+    out += (i ? "." : "") + std::string(part);
+    at = dot + 1;
+  }
+  return out;
 }
 
 // Where a try goes: `host` as the client writes it (a name or an address), the site's
@@ -165,6 +181,9 @@ class NetworkRulesTest : public DaemonTest {
       case Way::kDecimal:
         return "curl -s -m 5 --noproxy '*' http://" + Decimal(t.host) + ":" +
                std::to_string(t.port) + "/";
+      case Way::kOctal:
+        return "curl -s -m 5 --noproxy '*' http://" + Octal(t.host) + ":" + std::to_string(t.port) +
+               "/";
       case Way::kTcp:
         return probe + "python3 /tmp/p.py tcp " + t.host + " " + std::to_string(t.port);
       case Way::kMapped:
@@ -201,7 +220,8 @@ class NetworkRulesTest : public DaemonTest {
 
   // Every way to a destination given by address (IPv4): those that take an address.
   static std::vector<Way> AddressWays() {
-    return {Way::kCurlProxy, Way::kCurlDirect, Way::kTcp, Way::kUdp, Way::kDecimal, Way::kMapped};
+    return {Way::kCurlProxy, Way::kCurlDirect, Way::kTcp,   Way::kUdp,
+            Way::kDecimal,   Way::kOctal,      Way::kMapped};
   }
 
   // Mbit/s of one download of `mib` MiB from `site` (port 8080), measured inside the sandbox.
