@@ -314,7 +314,8 @@ TEST_F(NetworkPoolTest, APooledSandboxsLinkSendsNothingUntilAClaimGivesItAPolicy
   // is resolved upstream); 8080 stays closed, as for any allowlist sandbox.
   const std::string id = CreateWith({{"mode", "allowlist"}, {"allow", {"allowed.test"}}});
   ASSERT_FALSE(id.empty());
-  EXPECT_EQ(Namespaces(), slots) << "the claim kept the pooled sandbox's link";
+  // (The filler may already have made the next pooled sandbox, with a link of its own.)
+  EXPECT_TRUE(Namespaces().contains(slot)) << "the claim kept the pooled sandbox's link";
   EXPECT_EQ(Capture(InNetns(slot, tries)), "open closed open answered\n");
   EXPECT_EQ(internet_->dns().queries_for("allowed.test"), 1u);
   EXPECT_EQ(internet_->sites().hits(site_ + ":8080"), 0);
