@@ -731,7 +731,11 @@ Result<SandboxRecord> Controller::Resume(const std::string& id) {
 
 Error Controller::NotHeld(const SandboxRecord& record) const {
   // Its engine is unavailable (recovery left it as it was), or it is another daemon's.
-  if (auto engine = engines_.Get(record.engine); !engine) return engine.error();
+  if (auto engine = engines_.Get(record.engine); !engine) {
+    return Error(ErrorCode::kFailedPrecondition,
+                 "sandbox " + record.id + " runs on the " + record.engine +
+                     " engine, which this airlockd cannot use now: " + engine.error().message());
+  }
   return Error(ErrorCode::kUnavailable, "sandbox " + record.id + " is not held by this daemon");
 }
 

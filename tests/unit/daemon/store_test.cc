@@ -1270,7 +1270,7 @@ TEST_F(StoreTest, MigrationFromVersionFiveGivesEveryOldRowToAdmin) {
 
   Reopen();
   EXPECT_EQ(RawQuery(db_path_, "PRAGMA user_version"), "7");
-  EXPECT_EQ(Store::CurrentSchemaVersion(), 6);
+  EXPECT_EQ(Store::CurrentSchemaVersion(), 7);
   auto old = store_->Get("sbx-old");
   ASSERT_TRUE(old.has_value());
   EXPECT_EQ(old->tenant, "admin");
