@@ -42,7 +42,7 @@
 #include "api_lifecycle.h"
 #include "daemon_process.h"
 #include "protocol/client.h"
-#include "runtime/jail/jail_runtime.h"
+#include "runtime/jail/jail_engine.h"
 #include "stats.h"
 
 namespace {
@@ -152,9 +152,9 @@ using airlock::bench::DaemonProcess;
 using airlock::bench::ScratchDir;
 
 // The only code that knows the engine's interface (adapt it here when the agent channel moves
-// to Runtime::ConnectAgent(id)). "create" includes the agent's hello, as the daemon's create
+// to Engine::ConnectAgent(id)). "create" includes the agent's hello, as the daemon's create
 // does; exec runs `true` as the API's exec does (default user, 300 s timeout).
-Lifecycle EngineLifecycle(airlock::jail::JailRuntime& runtime) {
+Lifecycle EngineLifecycle(airlock::runtime::Engine& runtime) {
   Lifecycle life;
   airlock::runtime::SandboxSpec spec;
   spec.id = airlock::NewSandboxId();
@@ -384,20 +384,24 @@ int Run(const Flags& flags) {
     }
   }
 
-  // Engine phase, after the daemon is gone: the same lifecycle on a JailRuntime of our own,
+  // Engine phase, after the daemon is gone: the same lifecycle on a JailEngine of our own,
   // with its own state dir and a uid range apart from the daemon's.
   if (!g_interrupted.load() && !flags.engine_concurrency.empty()) {
+    airlock::runtime::LayerStore layers(scratch.path() + "/engine/layers",
+                                        scratch.path() + "/engine/staging");
+    if (auto st = layers.Prepare(); !st) other_failures.push_back({"layers", st.error().message()});
     airlock::jail::JailOptions options;
+    options.layers = &layers;
     options.state_dir = scratch.path() + "/engine";
     options.launcher_path = AIRLOCK_JAIL_LAUNCHER_PATH;
     options.agent_path = AIRLOCK_AGENT_PATH;
     options.uid_first = (1u << 30) + (1u << 28);
     options.uid_slots = 1024;
-    auto runtime = airlock::jail::JailRuntime::Open(options);
+    auto runtime = airlock::jail::JailEngine::Open(options);
     if (!runtime) {
       other_failures.push_back({"open engine", runtime.error().message()});
     } else {
-      airlock::jail::JailRuntime* rt = runtime->get();
+      airlock::jail::JailEngine* rt = runtime->get();
       WorkerFactory engine_worker = [rt]() -> Result<LifecycleFn> {
         return LifecycleFn([rt] { return EngineLifecycle(*rt); });
       };

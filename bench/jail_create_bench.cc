@@ -21,7 +21,7 @@
 #include "baselines.h"
 #include "common/ids.h"
 #include "protocol/client.h"
-#include "runtime/jail/jail_runtime.h"
+#include "runtime/jail/jail_engine.h"
 #include "stats.h"
 
 namespace {
@@ -79,11 +79,14 @@ int main(int argc, char** argv) {
   std::string work = fs::temp_directory_path() / ("airlock-bench-jail-" + std::to_string(getpid()));
   fs::create_directories(work);
 
+  airlock::runtime::LayerStore layers(work + "/state/layers", work + "/state/staging");
+  if (auto st = layers.Prepare(); !st) Die(st.error().message());
   airlock::jail::JailOptions options;
+  options.layers = &layers;
   options.state_dir = work + "/state";
   options.launcher_path = AIRLOCK_JAIL_LAUNCHER_PATH;
   options.agent_path = AIRLOCK_AGENT_PATH;
-  auto rt = airlock::jail::JailRuntime::Open(options);
+  auto rt = airlock::jail::JailEngine::Open(options);
   if (!rt) Die(rt.error().message());
 
   std::vector<double> cpu;  // the sandbox's PID 1, at the agent's answer
@@ -96,7 +99,7 @@ int main(int argc, char** argv) {
     auto client = airlock::protocol::BlockingClient::Connect((*sbx)->TakeAgentChannel());
     if (!client || !client->Ping(1)) Die("the agent did not answer");
     auto t1 = Clock::now();
-    if (auto us = CpuUs((*sbx)->info().init_pid)) cpu.push_back(*us);
+    if (auto us = CpuUs((*rt)->InitPid(spec.id))) cpu.push_back(*us);
     if (auto st = (*rt)->Destroy(spec.id); !st) Die(st.error().message());
     auto t2 = Clock::now();
     create.push_back(Us(t0, t1));

@@ -81,13 +81,6 @@ namespace {
 
 // ---- shared helpers -------------------------------------------------------------------------
 
-// A string field of `doc`, or "" when it is missing or not a string.
-std::string Text(const json& doc, const char* key) {
-  if (!doc.is_object()) return "";
-  auto it = doc.find(key);
-  return it != doc.end() && it->is_string() ? it->get<std::string>() : "";
-}
-
 Outcome<std::string> SandboxIdOf(const json& sandbox) {
   std::string id = Text(sandbox, "id");
   if (id.empty()) return CommandError("the daemon's reply has no sandbox id");
@@ -111,7 +104,7 @@ Outcome<std::string> ReadAllStdin() {
 const std::vector<FlagSpec> kCreateFlags = {
     {"template", true}, {"ttl", true},  {"cpus", true}, {"memory", true},
     {"pids", true},     {"disk", true}, {"env", true},  {"meta", true},
-    {"network", true},  {"allow", true}, {"deny", true},
+    {"network", true},  {"allow", true}, {"deny", true}, {"engine", true},
 };
 
 const std::vector<FlagSpec> kExecFlags = {
@@ -128,6 +121,7 @@ const std::vector<FlagSpec> kExecOnlyFlags = {
 Outcome<json> CreateRequest(std::string_view command, const Args& args, bool with_env) {
   json req = json::object();
   if (auto v = args.Last("template")) req["template"] = *v;
+  if (auto v = args.Last("engine")) req["engine"] = *v;
   struct IntFlag {
     const char* flag;
     const char* field;
@@ -591,6 +585,8 @@ constexpr std::string_view kCreateUsage = R"(usage: airlock create [flags]
 Creates a sandbox and prints its id (with --json, the sandbox object).
 
   --template T      the template (default: base)
+  --engine E        the isolation engine (default: the template's, else the daemon's; see
+                    airlock engines)
   --ttl SECONDS     destroy it this long after creation (default: 3600)
   --cpus N          CPU quota in cores, fractions allowed (default: 1)
   --memory MB       memory cap in MiB (default: 512)
@@ -643,7 +639,8 @@ constexpr std::string_view kRunUsage =
 Creates a sandbox, runs CMD in it as exec does, and deletes the sandbox: when the command ends,
 when something fails, and on SIGINT, SIGTERM or SIGHUP. Exits with the command's exit code.
 
-create flags: --template --ttl --cpus --memory --pids --disk --meta --network --allow --deny (see airlock create --help)
+create flags: --template --engine --ttl --cpus --memory --pids --disk --meta --network --allow
+              --deny (see airlock create --help)
 exec flags:   --timeout --cwd --env --user --stdin (see airlock exec --help)
 )";
 
@@ -757,6 +754,12 @@ is not shown again. list shows every key (never the key itself). revoke makes ea
 refuse from its next call on; the last admin key cannot be revoked.
 )";
 
+constexpr std::string_view kEnginesUsage = R"(usage: airlock engines
+
+Lists the daemon's isolation engines: NAME AVAILABLE DEFAULT and what each can do, or why it
+cannot run here (with --json, the engines array as GET /v1/engines gives it).
+)";
+
 constexpr std::string_view kForkUsage = R"(usage: airlock fork [-n COUNT] ID
 
 Makes COUNT (default 1, at most 32) new sandboxes that start with a copy of sandbox ID's file
@@ -783,6 +786,7 @@ const std::vector<Command>& Commands() {
       {"fork", "copy a sandbox's file system into new sandboxes", kForkUsage, CmdFork},
       {"resume", "thaw a paused sandbox", kResumeUsage, CmdResume},
       {"keys", "create, list and revoke API keys (admin)", kKeysUsage, CmdKeys},
+      {"engines", "list the isolation engines and what each can do", kEnginesUsage, CmdEngines},
       {"version", "print the version", kVersionUsage, CmdVersion},
       {"help", "show help for the CLI or a command", kHelpUsage, CmdHelp},
   };

@@ -40,6 +40,7 @@ Outcome<int> CmdTemplate(const CommandArgs& args, Globals& globals);
 Outcome<int> CmdSnapshot(const CommandArgs& args, Globals& globals);
 Outcome<int> CmdFork(const CommandArgs& args, Globals& globals);
 Outcome<int> CmdKeys(const CommandArgs& args, Globals& globals);  // keys.cc
+Outcome<int> CmdEngines(const CommandArgs& args, Globals& globals);  // engines.cc
 
 // Processes (processes.cc): the ps, attach and kill commands, and exec's -d and -i / -t, which
 // take the exec request CmdExec built from its flags.

@@ -10,11 +10,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string Text(const json& doc, const char* key) {
-  if (!doc.is_object() || !doc.contains(key) || !doc[key].is_string()) return "";
-  return doc[key].get<std::string>();
-}
-
 Outcome<int> Create(const Args& args, Globals& globals) {
   if (args.positional.size() != 2) return UsageError("keys", "create wants one NAME");
   auto tenant = args.Last("tenant");

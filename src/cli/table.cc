@@ -18,6 +18,12 @@ void AppendRow(const std::vector<std::string>& row, const std::vector<size_t>& w
 
 }  // namespace
 
+std::string Text(const nlohmann::json& doc, const char* key) {
+  if (!doc.is_object()) return "";
+  auto it = doc.find(key);
+  return it != doc.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
 std::string FormatTable(const std::vector<std::string>& header,
                         const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> widths(header.size());

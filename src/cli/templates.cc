@@ -20,11 +20,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string Text(const json& doc, const char* key) {
-  if (!doc.is_object() || !doc.contains(key) || !doc[key].is_string()) return "";
-  return doc[key].get<std::string>();
-}
-
 // A copy step of the file: its bytes as base64, its permission bits unless the step gives some.
 Outcome<json> CopyOf(const fs::path& file, const std::string& path, const json& mode) {
   std::ifstream in(file, std::ios::binary);

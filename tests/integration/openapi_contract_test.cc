@@ -239,6 +239,8 @@ TEST_F(DaemonTest, EveryDocumentedOperationAnswersAsDocumented) {
        [](const Reply& r) { EXPECT_EQ(r.Json()["size"], 0) << r.body; }},
       {"GET /v1/pools", http::verb::get, "/v1/pools", "", "", "",
        [](const Reply& r) { EXPECT_EQ(r.Json()["pools"].size(), 1u) << r.body; }},
+      {"GET /v1/engines", http::verb::get, "/v1/engines", "", "", "",
+       [](const Reply& r) { EXPECT_EQ(r.Json()["default"], "jail") << r.body; }},
       // Templates: a snapshot of the sandbox, a build on it, a fork, and the snapshot deleted.
       {"POST /v1/sandboxes/{id}/snapshot", http::verb::post, s + "/snapshot",
        R"({"name": "snap"})", "", "",

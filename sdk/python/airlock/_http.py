@@ -128,6 +128,12 @@ class Client:
 
         return Keys(self)
 
+    def engines(self) -> "List[Dict[str, Any]]":
+        """The daemon's isolation engines (GET /v1/engines): for each, its name, whether it is
+        available here (else the reason), whether it is the default, and its capabilities."""
+        body = self.request("GET", "/v1/engines").json()
+        return list(body.get("engines", []))
+
     def health(self) -> bool:
         """True when GET /healthz answers {"status": "ok"}."""
         r = self.request("GET", "/healthz")

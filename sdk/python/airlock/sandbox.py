@@ -119,6 +119,7 @@ class Sandbox:
         env: Optional[Mapping[str, str]] = None,
         metadata: Optional[Mapping[str, str]] = None,
         network: Optional[Mapping[str, Any]] = None,
+        engine: Optional[str] = None,
         url: Optional[str] = None,
         api_key: Optional[str] = None,
         client: Optional[Client] = None,
@@ -126,12 +127,16 @@ class Sandbox:
         """Creates a sandbox and returns it running. Unset values take the daemon's defaults
         (template base, TTL 3600 s, 1 CPU, 512 MiB, 256 pids, 1024 MiB disk, no network).
         `network` is the policy: {"mode": "none" | "allowlist" | "open", "allow": [...],
-        "deny": [...]}, e.g. {"mode": "allowlist", "allow": ["pypi.org"]}."""
+        "deny": [...]}, e.g. {"mode": "allowlist", "allow": ["pypi.org"]}. `engine` is the
+        isolation engine (Client.engines() lists them; default: the template's, else the
+        daemon's); one that is unavailable or lacks what the sandbox needs is refused
+        (Conflict, naming what it lacks)."""
         client = client or Client(url=url, api_key=api_key)
         body: Dict[str, Any] = {}
         for key, value in (
             ("template", template), ("ttl_seconds", ttl_seconds), ("cpus", cpus),
             ("memory_mb", memory_mb), ("pids_max", pids_max), ("disk_mb", disk_mb),
+            ("engine", engine),
         ):
             if value is not None:
                 body[key] = value
@@ -197,6 +202,11 @@ class Sandbox:
     def tenant(self) -> str:
         """The tenant that owns the sandbox (the creating key's)."""
         return str(self._info.get("tenant", ""))
+
+    @property
+    def engine(self) -> str:
+        """The isolation engine the sandbox runs on ("jail", ...)."""
+        return str(self._info.get("engine", ""))
 
     @property
     def state(self) -> str:

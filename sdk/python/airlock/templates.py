@@ -94,6 +94,7 @@ class Templates:
         pids_max: Optional[int] = None,
         disk_mb: Optional[int] = None,
         network: Optional[Mapping[str, Any]] = None,
+        engine: Optional[str] = None,
         on_output: Optional[Callable[[str], None]] = None,
     ) -> Template:
         """Builds a template and returns it ready; a failed step raises (the error names the
@@ -103,12 +104,13 @@ class Templates:
         and mmdebstrap's while a Debian base is made. `network` is the build sandbox's policy,
         as Sandbox.create takes it (e.g. {"mode": "allowlist", "allow": ["pypi.org"]}, so that
         a step can install from an index); the template keeps no trace of it, and its
-        sandboxes get the network their own create asks for."""
+        sandboxes get the network their own create asks for. `engine` is the engine the build
+        runs on, and the template's sandboxes' unless their create names another."""
         body: Dict[str, Any] = {"name": name, "steps": [dict(s) for s in steps], "stream": True}
         for key, value in (("base", base), ("workdir", workdir), ("start_cmd", start_cmd),
                            ("ready_cmd", ready_cmd), ("ready_timeout_seconds", ready_timeout_seconds),
                            ("cpus", cpus), ("memory_mb", memory_mb), ("pids_max", pids_max),
-                           ("disk_mb", disk_mb)):
+                           ("disk_mb", disk_mb), ("engine", engine)):
             if value is not None:
                 body[key] = value
         if env is not None:

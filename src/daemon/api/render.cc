@@ -119,6 +119,35 @@ json PoolJson(const PoolView& p) {
 
 std::string RenderPool(const PoolView& pool) { return Dump(PoolJson(pool)); }
 
+std::string RenderEngineList(std::span<const EngineView> engines, std::string_view default_name) {
+  json list = json::array();
+  for (const EngineView& e : engines) {
+    json one = {{"name", e.name},
+                {"description", e.description},
+                {"enabled", e.enabled},
+                {"available", e.available},
+                {"default", e.is_default}};
+    if (e.available) {
+      const runtime::Capabilities& c = e.capabilities;
+      one["capabilities"] = {{"limits", c.limits},
+                             {"pause", c.pause},
+                             {"live_limits", c.live_limits},
+                             {"layer_snapshot", c.layer_snapshot},
+                             {"memory_checkpoint", c.memory_checkpoint},
+                             {"memory_fork", c.memory_fork},
+                             {"host_usr_root", c.host_usr_root},
+                             {"networking", c.networking},
+                             {"max_layers", c.max_layers},
+                             {"isolation", c.isolation},
+                             {"agent_channel", c.agent_channel}};
+    } else {
+      one["reason"] = e.reason;
+    }
+    list.push_back(std::move(one));
+  }
+  return Dump(json{{"engines", std::move(list)}, {"default", default_name}});
+}
+
 std::string RenderPoolList(std::span<const PoolView> pools) {
   json list = json::array();
   for (const auto& p : pools) list.push_back(PoolJson(p));
@@ -252,7 +281,8 @@ json TemplateJson(const TemplateView& v) {
               {"state", v.state},
               {"source", v.source},
               {"base", settings.value("base", std::string(kDefaultTemplate))},
-              {"root", settings.value("root", std::string(runtime::kBaseRoot))},
+              {"root", settings.value("root", std::string(kRootHostUsr))},
+              {"engine", settings.value("engine", std::string())},
               {"layers", v.layers},
               {"env_keys", std::move(env_keys)},
               {"workdir", settings.value("workdir", std::string())},

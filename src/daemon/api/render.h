@@ -11,7 +11,7 @@
 
 #include "common/error.h"
 #include "daemon/api/types.h"
-#include "runtime/runtime.h"
+#include "runtime/engine.h"
 
 namespace airlock::api {
 
@@ -56,6 +56,21 @@ struct KeyView {
 std::string RenderKey(const KeyView& key);
 // {"keys": [ ... ]}
 std::string RenderKeyList(std::span<const KeyView> keys);
+
+// An engine as GET /v1/engines shows it (runtime/registry.h: EngineStatus).
+struct EngineView {
+  std::string name;
+  std::string description;
+  bool enabled = true;
+  bool available = false;
+  std::string reason;  // why not available
+  bool is_default = false;
+  runtime::Capabilities capabilities;  // when available
+};
+
+// {"engines": [{"name", "description", "enabled", "available", "reason"?, "default",
+//  "capabilities"?: {...}}], "default"}
+std::string RenderEngineList(std::span<const EngineView> engines, std::string_view default_name);
 
 struct PoolView {
   std::string template_name;

@@ -221,14 +221,33 @@ std::vector<std::string> EnvList(const EnvMap& env) {
   return list;
 }
 
+namespace {
+
+// "engine": an engine's name as the config writes it (whether one is called so, the registry
+// says when the request is served).
+Result<std::string> GetEngineName(const json& value) {
+  if (!value.is_string()) return Invalid("engine must be a string, got " + Describe(value));
+  const std::string& name = value.get_ref<const std::string&>();
+  bool ok = !name.empty() && name.size() <= kMaxEngineNameBytes;
+  for (char c : name) ok = ok && (IsLower(c) || IsDigit(c) || c == '-');
+  if (!ok) {
+    return Invalid("engine must be an engine's name (1-32 of [a-z0-9-]; GET /v1/engines lists "
+                   "them), got " + Quote(name.substr(0, 64)));
+  }
+  return name;
+}
+
+}  // namespace
+
 Result<CreateSandboxRequest> CreateSandboxRequest::FromJson(std::string_view body) {
   json doc;
   AIRLOCK_TRY_ASSIGN(doc, ParseJsonObject(body));
   AIRLOCK_TRY(RejectUnknownFields(
       doc, "request body",
       {"template", "ttl_seconds", "cpus", "memory_mb", "pids_max", "disk_mb", "env", "metadata",
-       "network"}));
+       "network", "engine"}));
   CreateSandboxRequest req;
+  if (doc.contains("engine")) AIRLOCK_TRY_ASSIGN(req.engine, GetEngineName(doc["engine"]));
   if (doc.contains("network")) {
     AIRLOCK_TRY_ASSIGN(req.network, net::NetworkPolicy::FromJson(doc["network"]));
   }
@@ -852,8 +871,9 @@ Result<CreateTemplateRequest> CreateTemplateRequest::FromJson(std::string_view b
   AIRLOCK_TRY(RejectUnknownFields(
       doc, "request body",
       {"name", "base", "steps", "env", "workdir", "cpus", "memory_mb", "pids_max", "disk_mb",
-       "start_cmd", "ready_cmd", "ready_timeout_seconds", "stream", "network"}));
+       "start_cmd", "ready_cmd", "ready_timeout_seconds", "stream", "network", "engine"}));
   CreateTemplateRequest req;
+  if (doc.contains("engine")) AIRLOCK_TRY_ASSIGN(req.engine, GetEngineName(doc["engine"]));
   if (!doc.contains("name")) return Invalid("name is required");
   AIRLOCK_TRY_ASSIGN(req.name, GetString(doc["name"], "name", kMaxTemplateNameBytes, false));
   AIRLOCK_TRY(ValidateTemplateName(req.name));
@@ -906,6 +926,7 @@ Result<CreateTemplateRequest> CreateTemplateRequest::FromJson(std::string_view b
 TemplateSettings TemplateSettings::From(const CreateTemplateRequest& request) {
   TemplateSettings s;
   s.base = request.base;
+  s.engine = request.engine;
   s.env = request.env;
   s.workdir = request.workdir;
   s.limits = request.limits;
@@ -919,6 +940,7 @@ TemplateSettings TemplateSettings::From(const CreateTemplateRequest& request) {
 std::string TemplateSettings::ToJson(const std::vector<TemplateStep>& steps) const {
   json out = {{"base", base},
               {"root", root},
+              {"engine", engine},
               {"env", env},
               {"workdir", workdir},
               {"limits", LimitsJson(limits, limits_given)},
@@ -946,10 +968,11 @@ Result<TemplateSettings> TemplateSettings::FromJson(std::string_view text) {
   TemplateSettings s;
   try {
     s.base = doc.value("base", std::string(kDefaultTemplate));
-    s.root = doc.value("root", std::string(runtime::kBaseRoot));
-    if (s.root != runtime::kBaseRoot && s.root != runtime::kRootfsRoot) {
+    s.root = doc.value("root", std::string(kRootHostUsr));
+    if (s.root != kRootHostUsr && s.root != kRootOwn) {
       return Fail(ErrorCode::kInternal, "a stored template's root '" + s.root + "' is unknown");
     }
+    s.engine = doc.value("engine", std::string());
     s.env = doc.value("env", EnvMap{});
     s.workdir = doc.value("workdir", std::string());
     s.start_cmd = doc.value("start_cmd", std::string());

@@ -18,7 +18,7 @@
 #include "common/error.h"
 #include "daemon/api/query.h"
 #include "net/policy.h"
-#include "runtime/runtime.h"
+#include "runtime/engine.h"
 
 namespace airlock::api {
 
@@ -33,6 +33,12 @@ inline constexpr int64_t kMaxDiskMb = 1048576;
 inline constexpr int64_t kDefaultTtlSeconds = 3600;
 inline constexpr int64_t kMaxTtlSeconds = 30 * 24 * 3600;
 inline constexpr std::string_view kDefaultTemplate = "base";
+// A template's root, as stored and shown: over the host's /usr ("base", for engines that can),
+// or a whole root file system of its own in its bottom layer ("rootfs").
+inline constexpr std::string_view kRootHostUsr = "base";
+inline constexpr std::string_view kRootOwn = "rootfs";
+// An engine's name: 1-32 of [a-z0-9-] (which engines exist, GET /v1/engines says).
+inline constexpr size_t kMaxEngineNameBytes = 32;
 // The tenant of records made before tenancy, and of the admin key made at first start.
 inline constexpr std::string_view kAdminTenant = "admin";
 inline constexpr size_t kMaxTemplateNameBytes = 64;  // [a-z0-9][a-z0-9._-]*
@@ -96,6 +102,8 @@ struct CreateSandboxRequest {
   EnvMap env;
   Metadata metadata;
   net::NetworkPolicy network;  // JSON "network" (docs/design/network.md); mode none by default
+  // The engine (docs/design/engines.md); "": the template's, else the daemon's default.
+  std::string engine;
   // The tenant the sandbox will belong to: never from the body; the router sets the caller's.
   std::string tenant{kAdminTenant};
 
@@ -166,6 +174,9 @@ struct CreateTemplateRequest {
   // The build sandbox's network (a create's "network"); not a setting of the template: its
   // sandboxes get the network their own create asks for.
   net::NetworkPolicy network;
+  // The engine the build runs on, and the template's sandboxes after ("": the base template's,
+  // else the daemon's default).
+  std::string engine;
   // The template's owner: "" (shared) or a tenant. Never from the body: the router sets it.
   std::string tenant;
 
@@ -173,13 +184,16 @@ struct CreateTemplateRequest {
 };
 
 // What a template gives the sandboxes made from it, as stored with the template (JSON):
-// {"base", "root", "env", "workdir", "limits": {given ones}, "start_cmd", "ready_cmd",
+// {"base", "root", "engine", "env", "workdir", "limits": {given ones}, "start_cmd", "ready_cmd",
 //  "ready_timeout_seconds", "steps": [{"run"} | {"copy": {"path", "bytes", "mode"}}]}.
 struct TemplateSettings {
   std::string base{kDefaultTemplate};
-  // The engine's root under the template's layers: runtime::kBaseRoot (the host's /usr/bin, ...) or
-  // runtime::kRootfsRoot (the bottom layer is a Debian or OCI image's whole root).
-  std::string root{runtime::kBaseRoot};
+  // The root under the template's layers: kRootHostUsr (the host's /usr/bin, ...) or kRootOwn
+  // (the bottom layer is a Debian or OCI image's whole root).
+  std::string root{kRootHostUsr};
+  // The engine its sandboxes get when a create names none ("": the daemon's default): the one
+  // it was built on.
+  std::string engine;
   EnvMap env;
   std::string workdir;
   runtime::Limits limits;

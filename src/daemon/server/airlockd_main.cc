@@ -1,5 +1,5 @@
 // airlockd: the Airlock daemon. Serves the REST API (docs/api/openapi.yaml) over HTTP/1.1 and
-// runs sandboxes with the jail engine.
+// runs sandboxes with the engines of the registry (runtime/registry.h): the jail by default.
 //
 //   airlockd [--config FILE] [--listen HOST:PORT] [--state-dir DIR] [--no-auth]
 //            [--on-shutdown keep|destroy] [--workers N] [--agent PATH] [--launcher PATH]
@@ -40,7 +40,7 @@
 #include "daemon/server/router.h"
 #include "daemon/store/store.h"
 #include "net/uplink.h"
-#include "runtime/jail/jail_runtime.h"
+#include "runtime/registry.h"
 
 namespace {
 
@@ -51,6 +51,7 @@ constexpr const char* kUsage =
     "usage: airlockd [--config FILE] [--listen HOST:PORT] [--state-dir DIR] [--no-auth]\n"
     "                [--on-shutdown keep|destroy] [--workers N] [--agent PATH]\n"
     "                [--launcher PATH] [--log-level trace|debug|info|warn|error]\n"
+    "                [--default-engine NAME] [--engine.NAME.OPTION VALUE]\n"
     "                [--pool.TEMPLATE N] [--image-dir DIR] [--debian-mirror URL]\n"
     "                [--base-usr-local]\n"
     "                [--network-id ID] [--network-subnet CIDR]\n"
@@ -222,16 +223,32 @@ int main(int argc, char** argv) {
       break;
   }
 
-  jail::JailOptions jail_options;
-  jail_options.state_dir = flags.state_dir;
-  jail_options.agent_path = FindHelper(flags.agent, "airlock-agent", "--agent");
-  jail_options.launcher_path = FindHelper(flags.launcher, "airlock-jail", "--launcher");
-  jail_options.base_usr_local = flags.base_usr_local;
-  if (flags.base_usr_local) {
-    spdlog::warn("base_usr_local: sandboxes on base see the host's /usr/local (read-only)");
+  // The engines: each built and probed; one that fails is listed unavailable, and the daemon
+  // starts with the others. Only a bad configuration stops it here.
+  runtime::EngineContext engine_context;
+  engine_context.state_dir = flags.state_dir;
+  engine_context.agent_path = FindHelper(flags.agent, "airlock-agent", "--agent");
+  std::map<std::string, runtime::EngineConfig> engine_configs;
+  for (const auto& [name, options] : flags.engines) {
+    runtime::EngineConfig& config = engine_configs[name];
+    for (const auto& [key, value] : options) {
+      if (key == "enabled") {
+        config.enabled = value == "true";
+      } else {
+        config.options[key] = value;
+      }
+    }
   }
-  auto runtime = jail::JailRuntime::Open(jail_options);
-  if (!runtime) Die("opening the jail engine: " + runtime.error().message());
+  auto engines = runtime::EngineRegistry::Open(engine_context, engine_configs, flags.default_engine);
+  if (!engines) Die(engines.error().message(), 2);
+  for (const runtime::EngineStatus& e : (*engines)->List()) {
+    if (e.available) {
+      spdlog::info("engine {}: available{}", e.name,
+                   e.name == flags.default_engine ? " (the default)" : "");
+    } else {
+      spdlog::warn("engine {}: unavailable: {}", e.name, e.reason);
+    }
+  }
 
   // Sandbox networking: without it (no nftables, no iproute2) sandboxes get network mode
   // "none" only, and a create that asks for more is refused, saying so.
@@ -285,7 +302,7 @@ int main(int argc, char** argv) {
       spdlog::warn("sandbox networking is off: {}", opened.error().message());
     }
   }
-  daemon::Controller controller(**store, **runtime);
+  daemon::Controller controller(**store, **engines);
   controller.SetNetworks(networks.get());
   controller.SetNetworkEventLog(&network_events);
   controller.SetImageSources(

@@ -1,5 +1,6 @@
 #include "daemon/server/config.h"
 
+#include <algorithm>
 #include <charconv>
 #include <set>
 
@@ -21,6 +22,14 @@ std::string Normalize(std::string_view key) {
     if (c == '-') c = '_';
   }
   return k;
+}
+
+// An engine's name as the config and the API take it: 1-32 of [a-z0-9-].
+bool ValidEngineName(std::string_view name) {
+  return !name.empty() && name.size() <= 32 &&
+         std::all_of(name.begin(), name.end(), [](char c) {
+           return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+         });
 }
 
 Result<bool> ParseBool(std::string_view key, std::string_view value) {
@@ -121,10 +130,10 @@ Status Config::Set(std::string_view raw_key, std::string_view value) {
     auto b = ParseBool(key, value);
     if (!b) return std::unexpected(b.error());
     no_auth = *b;
-  } else if (key == "base_usr_local") {
+  } else if (key == "base_usr_local") {  // an older name of engine.jail.base_usr_local
     auto b = ParseBool(key, value);
     if (!b) return std::unexpected(b.error());
-    base_usr_local = *b;
+    engines["jail"]["base_usr_local"] = *b ? "true" : "false";
   } else if (key == "image_dir") {
     if (!value.starts_with('/')) {
       return Fail(ErrorCode::kInvalidArgument, "image_dir must be an absolute path");
@@ -177,8 +186,13 @@ Status Config::Set(std::string_view raw_key, std::string_view value) {
     destroyed_keep_seconds = *seconds;
   } else if (key == "agent") {
     agent = value;
-  } else if (key == "launcher") {
-    launcher = value;
+  } else if (key == "launcher") {  // an older name of engine.jail.launcher
+    engines["jail"]["launcher"] = value;
+  } else if (key == "default_engine") {
+    if (!ValidEngineName(value)) {
+      return Fail(ErrorCode::kInvalidArgument, "default_engine must be an engine's name");
+    }
+    default_engine = value;
   } else if (key == "log_level") {
     static const std::set<std::string_view> kLevels = {"trace", "debug", "info",
                                                        "warn",  "error", "off"};
@@ -199,6 +213,22 @@ Status Config::Set(std::string_view raw_key, std::string_view value) {
     auto n = ParseIntIn(key, value, 1, 1024);
     if (!n) return std::unexpected(n.error());
     workers = *n;
+  } else if (key.starts_with("engine.")) {
+    // engine.<name>.<option>: the option goes to that engine, which checks it at start;
+    // `enabled` is the registry's.
+    const std::string rest = key.substr(7);
+    const size_t dot = rest.find('.');
+    const std::string name = rest.substr(0, dot);
+    if (dot == std::string::npos || !ValidEngineName(name) || dot + 1 == rest.size()) {
+      return Fail(ErrorCode::kInvalidArgument,
+                  key + ": want engine.<name>.<option> (or an [engine.<name>] table)");
+    }
+    const std::string option = Normalize(rest.substr(dot + 1));
+    if (option == "enabled") {
+      auto b = ParseBool(key, value);
+      if (!b) return std::unexpected(b.error());
+    }
+    engines[name][option] = value;
   } else if (key.starts_with("pool.")) {
     // A TOML dotted key: pool.<template>. The template must exist; main checks that.
     const std::string name = key.substr(5);
@@ -216,6 +246,7 @@ Status Config::Set(std::string_view raw_key, std::string_view value) {
 
 Status Config::ApplyFile(std::string_view text) {
   std::set<std::string> seen;
+  std::string table;  // "engine.<name>." inside an [engine.<name>] table
   int line_no = 0;
   while (!text.empty()) {
     ++line_no;
@@ -226,10 +257,20 @@ Status Config::ApplyFile(std::string_view text) {
       return Fail(ErrorCode::kInvalidArgument, "line " + std::to_string(line_no) + ": " + why);
     };
     if (line.empty() || line.front() == '#') continue;
-    if (line.front() == '[') return fail("tables are not supported");
+    if (line.front() == '[') {
+      // Only [engine.<name>]: the keys after it are that engine's, until the next table.
+      const size_t close = line.find(']');
+      const std::string_view name = close == std::string_view::npos ? "" : line.substr(1, close - 1);
+      if (close == std::string_view::npos || !name.starts_with("engine.") ||
+          !ValidEngineName(name.substr(7)) || !Trim(line.substr(close + 1)).empty()) {
+        return fail("the only tables are [engine.<name>]");
+      }
+      table = std::string(name) + ".";
+      continue;
+    }
     const size_t eq = line.find('=');
     if (eq == std::string_view::npos) return fail("expected key = value");
-    const std::string key = Normalize(Trim(line.substr(0, eq)));
+    const std::string key = table + Normalize(Trim(line.substr(0, eq)));
     if (key.empty()) return fail("missing key");
     if (!seen.insert(key).second) return fail(key + " is set twice");
     auto value = ParseValue(line.substr(eq + 1));

@@ -19,8 +19,14 @@
 //   network_bandwidth_mbps = 1000      # per sandbox, each way; 0: no cap
 //   network_max_connections = 256      # per sandbox, open at once
 //   destroyed_keep = "7d"              # records of destroyed sandboxes; "0": for ever
+//   default_engine = "jail"            # the engine of a create that names none
+//
+//   [engine.jail]                      # one table per engine: its options (docs/airlockd.md)
+//   enabled = true                     # false: not built, not offered
 //   base_usr_local = false             # true: base sandboxes see the host's /usr/local
 //
+// `launcher` and `base_usr_local` at the top level are older names of the jail's options.
+// Flags name an engine's options as --engine.NAME.OPTION.
 // Strings are double-quoted (\" and \\ escapes), booleans true / false, numbers decimal.
 // Unknown keys, repeated keys and malformed lines are errors naming the line.
 
@@ -39,8 +45,7 @@ struct Config {
   std::string listen = "127.0.0.1:7878";
   std::string state_dir = "/var/lib/airlock";
   bool no_auth = false;
-  std::string agent;     // "" : airlock-agent next to airlockd
-  std::string launcher;  // "" : airlock-jail next to airlockd
+  std::string agent;  // "" : airlock-agent next to airlockd
   std::string log_level = "info";
   // On SIGTERM: keep the sandboxes running for the next start to adopt, or destroy them.
   OnShutdown on_shutdown = OnShutdown::kKeep;
@@ -52,9 +57,11 @@ struct Config {
   // images); Debian suites are made with mmdebstrap from debian_mirror.
   std::string image_dir;
   std::string debian_mirror = "http://deb.debian.org/debian";
-  // Sandboxes on the built-in `base` root see the host's /usr/local (read-only) instead of an
-  // empty, writable one of their own (docs/design/jail.md, "What a sandbox sees of the host").
-  bool base_usr_local = false;
+  // Engines (docs/design/engines.md): the one a create gets when neither it nor its template
+  // names one, and each engine's options by name ([engine.<name>] tables, engine.<name>.<option>
+  // keys and flags), as written: the registry gives them to the engine, which checks them.
+  std::string default_engine = "jail";
+  std::map<std::string, std::map<std::string, std::string>> engines;
   // Sandbox networking (docs/design/network.md): this daemon's network id (names its nftables
   // table, namespaces and veths), the IPv4 range sandbox addresses come from (a /30 each), the
   // interface or network namespace "open" sandboxes go out through ("": no open mode; a

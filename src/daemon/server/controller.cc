@@ -111,12 +111,52 @@ std::shared_ptr<Controller::Live> Controller::FindLive(const std::string& id) {
   return it == live_.end() ? nullptr : it->second;
 }
 
-void Controller::Hold(const std::string& id, std::vector<std::string> env, std::string cwd) {
+void Controller::Hold(const std::string& id, runtime::Engine* engine, std::vector<std::string> env,
+                      std::string cwd) {
   auto live = std::make_shared<Live>();
+  live->engine = engine;
   live->env = std::move(env);
   live->cwd = std::move(cwd);
   std::lock_guard lock(mu_);
   live_.try_emplace(id, std::move(live));
+}
+
+Result<runtime::Engine*> Controller::EngineOf(const SandboxRecord& record) {
+  if (std::shared_ptr<Live> live = FindLive(record.id)) return live->engine;
+  return engines_.Get(record.engine);
+}
+
+Result<runtime::Engine*> Controller::EngineOf(const std::string& id) {
+  if (std::shared_ptr<Live> live = FindLive(id)) return live->engine;
+  auto record = store_.Get(id);
+  if (!record) return std::unexpected(record.error());
+  return engines_.Get(record->engine);
+}
+
+Result<runtime::Engine*> Controller::ChooseEngine(const std::string& requested,
+                                                  const Origin& origin,
+                                                  const net::NetworkPolicy& network) {
+  const std::string& name = !requested.empty()       ? requested
+                            : !origin.engine.empty() ? origin.engine
+                                                     : engines_.default_name();
+  auto engine = engines_.Get(name);
+  if (!engine) return std::unexpected(engine.error());
+  const runtime::Capabilities& can = (*engine)->capabilities();
+  if (origin.root == api::kRootHostUsr && !can.host_usr_root) {
+    return std::unexpected(
+        runtime::Lacks(name, "host_usr_root", "make a sandbox over the host's /usr (template "
+                                              "base and those built on it)"));
+  }
+  if (origin.layers.size() > can.max_layers) {
+    return std::unexpected(runtime::Lacks(
+        name, "max_layers",
+        "stack " + std::to_string(origin.layers.size()) + " layers (it takes " +
+            std::to_string(can.max_layers) + ")"));
+  }
+  if (network.mode() != net::NetworkMode::kNone && !can.networking) {
+    return std::unexpected(runtime::Lacks(name, "networking", "give a sandbox a network"));
+  }
+  return engine;
 }
 
 Controller::~Controller() {
@@ -146,16 +186,23 @@ Result<RecoveryReport> Controller::Recover() {
     claimed.insert(rec.id);
     RecoverOne(rec, report);
   }
-  auto found = runtime_.ListSandboxes();
-  if (!found) return std::unexpected(found.error().Wrap("listing the engine's sandboxes"));
-  for (const std::string& id : *found) {
-    if (claimed.contains(id)) continue;
-    spdlog::warn("start: removing {}, which no live record claims", id);
-    if (auto st = runtime_.Destroy(id); !st) {
-      spdlog::error("start: removing {}: {}", id, st.error().message());
-      continue;
+  // What each engine holds that no live record claims goes. An engine that is unavailable now
+  // is not asked: what it holds waits for it (a hibernated sandbox is user data).
+  for (runtime::Engine* engine : engines_.Available()) {
+    auto found = engine->ListSandboxes();
+    if (!found) {
+      return std::unexpected(
+          found.error().Wrap("listing the " + std::string(engine->name()) + " engine's sandboxes"));
     }
-    ++report.orphans_removed;
+    for (const std::string& id : *found) {
+      if (claimed.contains(id)) continue;
+      spdlog::warn("start: removing {}, which no live record claims", id);
+      if (auto st = engine->Destroy(id); !st) {
+        spdlog::error("start: removing {}: {}", id, st.error().message());
+        continue;
+      }
+      ++report.orphans_removed;
+    }
   }
   for (const SandboxRecord& rec : *records) {
     auto build = rec.metadata.find(kBuildMetadataKey);
@@ -164,8 +211,10 @@ Result<RecoveryReport> Controller::Recover() {
     spdlog::info("start: destroying {}, the sandbox of an unfinished build", rec.id);
     if (auto st = Destroy(rec.id); !st) spdlog::error("start: {}", st.error().message());
   }
-  spdlog::info("start: {} adopted, {} not recoverable, {} destroys finished, {} orphans removed",
-               report.adopted, report.failed, report.finished, report.orphans_removed);
+  spdlog::info(
+      "start: {} adopted, {} not recoverable, {} destroys finished, {} orphans removed, {} left "
+      "for an unavailable engine",
+      report.adopted, report.failed, report.finished, report.orphans_removed, report.unavailable);
   if (auto collected = CollectLayers(); !collected) {
     spdlog::error("start: collecting layers: {}", collected.error().message());
   }
@@ -180,10 +229,20 @@ Result<RecoveryReport> Controller::Recover() {
 void Controller::RecoverOne(const SandboxRecord& rec, RecoveryReport& report) {
   const std::string& id = rec.id;
   // Destroys what the engine holds for `id` and records why the sandbox is gone.
+  // Its engine: one that is unavailable now leaves the sandbox as it is, record and all (the
+  // next start that has the engine takes it back), rather than destroying user data.
+  auto held_by = engines_.Get(rec.engine);
+  if (!held_by) {
+    spdlog::warn("start: {} ({}) left as it is: {}", id, store::SandboxStateName(rec.state),
+                 held_by.error().message());
+    ++report.unavailable;
+    return;
+  }
+  runtime::Engine& engine = **held_by;
   auto give_up = [&](const std::string& why) {
     spdlog::warn("start: {} ({}{}) not recovered: {}", id, store::SandboxStateName(rec.state),
                  rec.pooled ? ", pooled" : "", why);
-    if (auto st = runtime_.Destroy(id); !st) {
+    if (auto st = engine.Destroy(id); !st) {
       spdlog::error("start: {}", st.error().message());
       if (auto marked = store_.MarkFailed(id, why); !marked) {
         spdlog::error("start: {}", marked.error().message());
@@ -209,7 +268,7 @@ void Controller::RecoverOne(const SandboxRecord& rec, RecoveryReport& report) {
       return;
     case SandboxState::kFailed:
       // Keeps the record (and its reason) for the caller; removes anything left behind.
-      if (auto st = runtime_.Destroy(id); !st) spdlog::error("start: {}", st.error().message());
+      if (auto st = engine.Destroy(id); !st) spdlog::error("start: {}", st.error().message());
       return;
     case SandboxState::kRunning:
     case SandboxState::kPaused:
@@ -217,12 +276,8 @@ void Controller::RecoverOne(const SandboxRecord& rec, RecoveryReport& report) {
     case SandboxState::kDestroyed:
       return;
   }
-  if (rec.engine != runtime_.name()) {
-    give_up("its engine '" + rec.engine + "' is not the one this daemon runs");
-    return;
-  }
   const bool paused = rec.state == SandboxState::kPaused;
-  auto adopted = runtime_.Adopt(id, static_cast<pid_t>(rec.init_pid), paused);
+  auto adopted = engine.Adopt(id, rec.engine_state, paused);
   if (!adopted) {
     give_up("airlockd restarted and " + adopted.error().message());
     return;
@@ -252,8 +307,8 @@ void Controller::RecoverOne(const SandboxRecord& rec, RecoveryReport& report) {
     env = rec.env;
     env.insert(env.end(), network_env.begin(), network_env.end());
   }
-  Hold(id, std::move(env), workdir == rec.resources.end() ? "" : workdir->second);
-  if (!paused && !rec.pooled) {
+  Hold(id, &engine, std::move(env), workdir == rec.resources.end() ? "" : workdir->second);
+  if (!paused && !rec.pooled && engine.capabilities().live_limits) {
     // A claim commits the request's limits before it writes them to the engine; a crash in
     // between would leave the pool's defaults in force. Writing the recorded ones again closes
     // that gap (and changes nothing for every other sandbox).
@@ -261,7 +316,7 @@ void Controller::RecoverOne(const SandboxRecord& rec, RecoveryReport& report) {
     limits.cpus = rec.limits.cpus;
     limits.memory_mb = static_cast<uint64_t>(rec.limits.memory_mb);
     limits.pids_max = static_cast<uint64_t>(rec.limits.pids_max);
-    if (auto st = runtime_.UpdateLimits(id, limits); !st) {
+    if (auto st = engine.UpdateLimits(id, limits); !st) {
       spdlog::warn("start: {}: re-applying its limits: {}", id, st.error().message());
     }
   }
@@ -381,7 +436,7 @@ Result<SandboxRecord> Controller::Create(const api::CreateSandboxRequest& reques
   auto resolved = ResolveTemplate(request);
   if (!resolved) return std::unexpected(resolved.error());
   auto made = [&] {
-    if (auto claimed = ClaimFromPool(resolved->request)) return std::move(*claimed);
+    if (auto claimed = ClaimFromPool(*resolved)) return std::move(*claimed);
     return CreateSandbox(resolved->request, /*pooled=*/false, &resolved->origin);
   }();
   if (!made) return made;
@@ -410,10 +465,13 @@ Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest&
     if (!resolved) return std::unexpected(resolved.error());
     origin = std::move(resolved->origin);
   }
+  auto chosen = ChooseEngine(request.engine, origin, request.network);
+  if (!chosen) return std::unexpected(chosen.error());
+  runtime::Engine& engine = **chosen;
   SandboxRecord record;
   record.id = NewSandboxId();
   record.state = SandboxState::kCreating;
-  record.engine = std::string(runtime_.name());
+  record.engine = std::string(engine.name());
   record.template_name = request.template_name;
   record.limits = ToStoreLimits(request.limits);
   record.env = api::EnvList(request.env);
@@ -447,10 +505,10 @@ Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest&
 
   runtime::SandboxSpec spec;
   spec.id = id;
-  spec.template_name = origin.root;  // the engine's root; the layers stack on it
+  spec.root.host_usr = origin.root == api::kRootHostUsr;
+  spec.root.layers = origin.layers;
   spec.limits = request.limits;
   spec.env = record.env;
-  spec.layers = origin.layers;
   std::optional<net::Attachment> network;
   if (linked) {
     auto attached = networks_->Attach(id, request.network);  // mode none: parked
@@ -460,14 +518,14 @@ Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest&
     spec.nameserver = network->gateway;
     spec.env.insert(spec.env.end(), network->env.begin(), network->env.end());
   }
-  auto sandbox = runtime_.Create(spec);
+  auto sandbox = engine.Create(spec);
   if (!sandbox) return fail(std::move(sandbox.error()));
   auto destroy_and_fail = [&](Error error) {
     {
       std::lock_guard lock(mu_);
       live_.erase(id);
     }
-    if (auto st = runtime_.Destroy(id); !st) {
+    if (auto st = engine.Destroy(id); !st) {
       spdlog::error("undoing the create of {}: {}", id, st.error().message());
     }
     return fail(std::move(error));
@@ -477,6 +535,7 @@ Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest&
   if (!client) return destroy_and_fail(client.error().Wrap("connecting to the agent"));
   const runtime::SandboxInfo& info = (*sandbox)->info();
   auto live = std::make_shared<Live>();
+  live->engine = &engine;
   live->idle.push_back(std::move(*client));
   live->cwd = origin.workdir;
   {
@@ -487,10 +546,9 @@ Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest&
   // before it leaves the record creating, which the next start destroys by id.
   const SandboxState from[] = {SandboxState::kCreating};
   auto running = store_.Transition(id, from, SandboxState::kRunning, [&](SandboxRecord& r) {
-    r.init_pid = info.init_pid;
-    r.resources = info.resources;
+    r.engine_state = info.engine_state;
     if (!origin.workdir.empty()) r.resources[kWorkdir] = origin.workdir;
-    if (origin.root != runtime::kBaseRoot) r.resources[kRoot] = origin.root;
+    if (origin.root != api::kRootHostUsr) r.resources[kRoot] = origin.root;
     if (network) {
       r.resources[kNetSlot] = std::to_string(network->slot);
       r.resources[kNetAddress] = network->address;
@@ -498,8 +556,7 @@ Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest&
     }
   });
   if (!running) return destroy_and_fail(std::move(running.error()));
-  spdlog::info("created {}{} (agent pid {} on the host)", id, pooled ? " for the pool" : "",
-               info.init_pid);
+  spdlog::info("created {}{} on the {} engine", id, pooled ? " for the pool" : "", engine.name());
   return running;
 }
 
@@ -596,7 +653,10 @@ Result<store::NetworkEventPage> Controller::NetworkEvents(const std::string& id,
 }
 
 Status Controller::FinishDestroy(const std::string& id) {
-  if (auto st = runtime_.Destroy(id); !st) {
+  // An engine that is unavailable leaves the record destroying, for a start that has it.
+  auto engine = EngineOf(id);
+  if (!engine) return std::unexpected(engine.error().Wrap("destroying " + id));
+  if (auto st = (*engine)->Destroy(id); !st) {
     if (auto marked = store_.MarkFailed(id, st.error().message()); !marked) {
       spdlog::error("marking {} failed: {}", id, marked.error().message());
     }
@@ -642,8 +702,11 @@ Result<SandboxRecord> Controller::Pause(const std::string& id) {
   if (auto st = store::RequireState(id, record->state, kRunningOnly); !st) {
     return std::unexpected(st.error());
   }
-  if (!live) return Fail(ErrorCode::kUnavailable, "sandbox " + id + " is not held by this daemon");
-  if (auto st = runtime_.Pause(id); !st) {
+  if (!live) return std::unexpected(NotHeld(*record));
+  if (!live->engine->capabilities().pause) {
+    return std::unexpected(runtime::Lacks(live->engine->name(), "pause", "pause a sandbox"));
+  }
+  if (auto st = live->engine->Pause(id); !st) {
     return std::unexpected(st.error().Wrap("pausing " + id));
   }
   return store_.Transition(id, kRunningOnly, SandboxState::kPaused);
@@ -659,11 +722,21 @@ Result<SandboxRecord> Controller::Resume(const std::string& id) {
   if (auto st = store::RequireState(id, record->state, from); !st) {
     return std::unexpected(st.error());
   }
-  if (!live) return Fail(ErrorCode::kUnavailable, "sandbox " + id + " is not held by this daemon");
-  if (auto st = runtime_.Resume(id); !st) {
+  if (!live) return std::unexpected(NotHeld(*record));
+  if (auto st = live->engine->Resume(id); !st) {
     return std::unexpected(st.error().Wrap("resuming " + id));
   }
   return store_.Transition(id, from, SandboxState::kRunning);
+}
+
+Error Controller::NotHeld(const SandboxRecord& record) const {
+  // Its engine is unavailable (recovery left it as it was), or it is another daemon's.
+  if (auto engine = engines_.Get(record.engine); !engine) {
+    return Error(ErrorCode::kFailedPrecondition,
+                 "sandbox " + record.id + " runs on the " + record.engine +
+                     " engine, which this airlockd cannot use now: " + engine.error().message());
+  }
+  return Error(ErrorCode::kUnavailable, "sandbox " + record.id + " is not held by this daemon");
 }
 
 Result<Controller::Channel> Controller::Acquire(const std::string& id, bool allow_pooled) {
@@ -673,7 +746,7 @@ Result<Controller::Channel> Controller::Acquire(const std::string& id, bool allo
     return std::unexpected(st.error());
   }
   std::shared_ptr<Live> live = FindLive(id);
-  if (!live) return Fail(ErrorCode::kUnavailable, "sandbox " + id + " is not held by this daemon");
+  if (!live) return std::unexpected(NotHeld(*record));
   return ChannelTo(id, std::move(live));
 }
 
@@ -687,7 +760,7 @@ Result<Controller::Channel> Controller::ChannelTo(const std::string& id,
       return Channel(live, std::move(client));
     }
   }
-  auto fd = runtime_.ConnectAgent(id);
+  auto fd = live->engine->ConnectAgent(id);
   if (!fd) return std::unexpected(Explain(id, std::move(fd.error())));
   auto client =
       protocol::BlockingClient::Connect(std::move(*fd), std::string("airlockd ") + kBuildId);

@@ -27,7 +27,7 @@
 #include "daemon/store/store.h"
 #include "protocol/client.h"
 #include "net/networks.h"
-#include "runtime/runtime.h"
+#include "runtime/registry.h"
 
 namespace airlock::daemon {
 
@@ -72,6 +72,7 @@ struct RecoveryReport {
   int failed = 0;           // records that could not be recovered: marked failed, resources gone
   int finished = 0;         // destroys a previous run had begun, completed
   int orphans_removed = 0;  // sandboxes the engine had that no live record claimed
+  int unavailable = 0;      // records whose engine is unavailable: left as they were
 };
 
 // The key in a record's resources that says its agent started without the sandbox env (a
@@ -81,8 +82,8 @@ inline constexpr const char* kEnvPerCommand = "env_per_command";
 inline constexpr const char* kWorkdir = "workdir";
 // The metadata key that marks a template's build sandbox (its value: the template's name).
 inline constexpr const char* kBuildMetadataKey = "airlock.build";
-// The key in a record's resources that names the engine root under its layers when it is not
-// runtime::kBaseRoot (a Debian or OCI image's root file system: runtime::kRootfsRoot).
+// The key in a record's resources that names the root under its layers when it is not
+// api::kRootHostUsr (a Debian or OCI image's root file system: api::kRootOwn).
 inline constexpr const char* kRoot = "root";
 // The keys in a record's resources that hold its network's slot and address.
 inline constexpr const char* kNetSlot = "net.slot";
@@ -102,8 +103,9 @@ Error SandboxNotFound(const std::string& id);
 
 class Controller {
  public:
-  // `store` and `runtime` outlive the controller.
-  Controller(store::Store& store, runtime::Runtime& runtime) : store_(store), runtime_(runtime) {}
+  // `store` and `engines` outlive the controller.
+  Controller(store::Store& store, runtime::EngineRegistry& engines)
+      : store_(store), engines_(engines) {}
   ~Controller();
   // Call before serving.
   void SetImageSources(ImageSources sources) { images_ = std::move(sources); }
@@ -220,6 +222,10 @@ class Controller {
   // start.)
   void DestroyAll();
 
+  // Every engine of this build, available or not, with what it can do (GET /v1/engines).
+  const std::vector<runtime::EngineStatus>& Engines() const { return engines_.List(); }
+  const std::string& default_engine() const { return engines_.default_name(); }
+
   // --- Templates, snapshots and forks (controller_templates.cc; docs/design/templates.md) --
 
   // Whether sandboxes can be made from `name` now: "base", or a ready template.
@@ -268,6 +274,7 @@ class Controller {
 
  private:
   struct Live {
+    runtime::Engine* engine = nullptr;  // the one that holds it
     std::mutex lifecycle_mu;  // serializes pause / resume / destroy on the engine
     std::mutex channels_mu;
     std::vector<protocol::BlockingClient> idle;  // connected channels, guarded by channels_mu
@@ -281,7 +288,8 @@ class Controller {
   struct Origin {
     std::vector<std::string> layers;  // topmost first
     std::string workdir;
-    std::string root = runtime::kBaseRoot;  // the engine's root under the layers
+    std::string root{api::kRootHostUsr};  // what the layers stack on
+    std::string engine;  // the template's engine ("": none named)
   };
   // A create request with its template's settings applied (env, limits), what the sandbox is
   // made of, and what runs once it is.
@@ -321,7 +329,17 @@ class Controller {
   Error ExecError(const std::string& id, Error error);
 
   std::shared_ptr<Live> FindLive(const std::string& id);
-  void Hold(const std::string& id, std::vector<std::string> env, std::string cwd);
+  void Hold(const std::string& id, runtime::Engine* engine, std::vector<std::string> env,
+            std::string cwd);
+  // The engine of sandbox `id`: the one holding it, else the one its record names (for what a
+  // crash or a failed create left). kFailedPrecondition when that engine is unavailable.
+  Result<runtime::Engine*> EngineOf(const std::string& id);
+  Result<runtime::Engine*> EngineOf(const store::SandboxRecord& record);
+  // The engine a create gets: the request's, else its template's, else the daemon's default;
+  // refused (with what it lacks named) when it cannot make a sandbox of `origin` or with
+  // `network`.
+  Result<runtime::Engine*> ChooseEngine(const std::string& requested, const Origin& origin,
+                                        const net::NetworkPolicy& network);
   // The cold path: a new sandbox for `request`. `pooled`: made by the filler, hidden from the
   // API until claimed, and on failure left destroyed rather than failed (nobody asked for it);
   // with sandbox networking it gets a parked link (a network of mode none: its veth is in no
@@ -336,11 +354,12 @@ class Controller {
   void Discard(const std::string& id);
   // The warm path of Create: a claimed pooled sandbox with the request's settings, or nullopt
   // for the cold path (counted as a miss when the template has a pool).
-  std::optional<Result<store::SandboxRecord>> ClaimFromPool(
-      const api::CreateSandboxRequest& request);
+  std::optional<Result<store::SandboxRecord>> ClaimFromPool(const Resolved& resolved);
   // One step of the filler: true when it created or destroyed a sandbox.
   Result<bool> FillStep();
   void CountMiss(const std::string& template_name, const std::string& reason);
+  // Why a sandbox with this record is not held here: its engine's unavailability, else 503.
+  Error NotHeld(const store::SandboxRecord& record) const;
   // The sandbox must be held here and running (and not pooled, unless `allow_pooled`); then a
   // channel to its agent.
   Result<Channel> Acquire(const std::string& id, bool allow_pooled = false);
@@ -367,7 +386,7 @@ class Controller {
                                       const std::string& path);
 
   store::Store& store_;
-  runtime::Runtime& runtime_;
+  runtime::EngineRegistry& engines_;
   std::mutex patch_mu_;  // a metadata merge is read-modify-write
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Live>> live_;  // guarded by mu_
@@ -401,7 +420,7 @@ class Controller {
   // OCI image archive (imported). Fills the build's layers, root and inherited settings.
   struct Base {
     std::vector<std::string> layers;
-    std::string root = runtime::kBaseRoot;
+    std::string root{api::kRootHostUsr};
     std::optional<api::TemplateSettings> settings;  // what the base gives its sandboxes
   };
   Result<Base> PrepareBase(const std::string& base, const std::function<void(std::string)>& log);

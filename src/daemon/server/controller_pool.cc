@@ -22,8 +22,10 @@ constexpr const char* kMissEmpty = "empty";    // no pooled sandbox was ready
 constexpr const char* kMissDisk = "disk";      // the request's disk / tmp / nofile differ
 constexpr const char* kMissLimits = "limits";  // the engine refused the request's limits
 constexpr const char* kMissEnv = "env";        // the env is too big to send with every command
+constexpr const char* kMissEngine = "engine";  // the request asks for another engine than the pool's
 constexpr const char* kMissError = "error";    // the store or the pooled sandbox failed
-constexpr const char* kMissReasons[] = {kMissEmpty, kMissDisk, kMissLimits, kMissEnv, kMissError};
+constexpr const char* kMissReasons[] = {kMissEmpty, kMissDisk,   kMissLimits,
+                                        kMissEnv,   kMissEngine, kMissError};
 
 // A claimed sandbox's env travels with every command (its agent started without it), and a
 // command's message is at most protocol::kMaxPayload (1 MiB) with the command's own env in it;
@@ -52,13 +54,29 @@ void Controller::CountMiss(const std::string& template_name, const std::string& 
   ++pools_[template_name].misses[reason];
 }
 
-std::optional<Result<SandboxRecord>> Controller::ClaimFromPool(
-    const api::CreateSandboxRequest& request) {
+std::optional<Result<SandboxRecord>> Controller::ClaimFromPool(const Resolved& resolved) {
+  const api::CreateSandboxRequest& request = resolved.request;
   const std::string& name = request.template_name;
   {
     std::lock_guard lock(pool_mu_);
     auto it = pools_.find(name);
     if (it == pools_.end() || it->second.size == 0) return std::nullopt;  // no pool: no miss
+  }
+  // The filler makes a template's pool on the engine a create of it without one gets.
+  const std::string& pool_engine =
+      resolved.origin.engine.empty() ? engines_.default_name() : resolved.origin.engine;
+  if (!request.engine.empty() && request.engine != pool_engine) {
+    CountMiss(name, kMissEngine);
+    return std::nullopt;
+  }
+  // cpus, memory and pids are changed at claim, by an engine that can.
+  const bool same_limits = request.limits.cpus == kPoolLimits.cpus &&
+                           request.limits.memory_mb == kPoolLimits.memory_mb &&
+                           request.limits.pids_max == kPoolLimits.pids_max;
+  if (auto engine = engines_.Get(pool_engine);
+      !same_limits && engine && !(*engine)->capabilities().live_limits) {
+    CountMiss(name, kMissLimits);
+    return std::nullopt;
   }
   // The writable layer, /tmp and RLIMIT_NOFILE are fixed when the sandbox is made.
   if (request.limits.disk_mb != kPoolLimits.disk_mb ||
@@ -134,11 +152,8 @@ std::optional<Result<SandboxRecord>> Controller::ClaimFromPool(
   };
   std::shared_ptr<Live> live = FindLive(id);
   if (!live) return abandon(kMissError, "it is not held by this daemon");
-  const bool same_limits = request.limits.cpus == kPoolLimits.cpus &&
-                           request.limits.memory_mb == kPoolLimits.memory_mb &&
-                           request.limits.pids_max == kPoolLimits.pids_max;
   if (!same_limits) {
-    if (auto st = runtime_.UpdateLimits(id, request.limits); !st) {
+    if (auto st = live->engine->UpdateLimits(id, request.limits); !st) {
       return abandon(kMissLimits, st.error().message());
     }
   }

@@ -24,9 +24,6 @@ using store::SandboxRecord;
 using store::TemplateRecord;
 using store::TemplateState;
 
-// The most layers a root stacks (the jail's kMaxLayers); a snapshot of a snapshot of ... past
-// it is refused, not silently flattened.
-constexpr size_t kMaxLayers = 64;
 // A build sandbox lives no longer than this (its TTL), whatever happens to the build.
 constexpr int64_t kBuildTtlSeconds = 6 * 3600;
 // How often ready_cmd is tried.
@@ -59,7 +56,7 @@ runtime::Limits LimitsOf(const SandboxRecord& r) {
 // The engine root a sandbox was made on.
 std::string RootOf(const SandboxRecord& r) {
   auto root = r.resources.find(kRoot);
-  return root == r.resources.end() ? std::string(runtime::kBaseRoot) : root->second;
+  return root == r.resources.end() ? std::string(api::kRootHostUsr) : root->second;
 }
 
 // The built-in template, as the API shows it.
@@ -70,7 +67,8 @@ TemplateRecord BaseTemplate() {
   base.source =
       "built-in: the host's /usr/bin, /usr/lib, ..., read-only; a fresh /etc and /usr/local";
   base.spec = "{}";
-  // Made afresh by each start of the daemon (JailRuntime::Open): its time is the first look.
+  // Made afresh by each start of the daemon (by each engine that has it): its time is the
+  // first look.
   static const int64_t made_at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                                         std::chrono::system_clock::now().time_since_epoch())
                                         .count();
@@ -93,12 +91,7 @@ api::TemplateView ToTemplateView(const TemplateRecord& r) {
 }
 
 Status Controller::CheckTemplate(const std::string& name) {
-  if (name == api::kDefaultTemplate) {
-    if (!runtime_.HasTemplate(name)) {
-      return Fail(ErrorCode::kNotFound, "template '" + name + "' does not exist");
-    }
-    return {};
-  }
+  if (name == api::kDefaultTemplate) return {};  // built in (which engines take it, they say)
   auto t = store_.GetTemplate(name);
   if (!t) return std::unexpected(t.error());
   if (t->state != TemplateState::kReady) {
@@ -126,7 +119,7 @@ Result<Controller::Resolved> Controller::ResolveTemplate(const api::CreateSandbo
   settings->limits_given.Apply(settings->limits, limits);
   request.limits_given.Apply(request.limits, limits);
   r.request.limits = limits;
-  r.origin = {t->layers, settings->workdir, settings->root};
+  r.origin = {t->layers, settings->workdir, settings->root, settings->engine};
   r.start_cmd = settings->start_cmd;
   r.ready_cmd = settings->ready_cmd;
   r.ready_timeout_seconds = settings->ready_timeout_seconds;
@@ -169,8 +162,12 @@ Result<runtime::LayerSnapshot> Controller::SnapshotLayer(const std::string& id) 
   // No pause, resume or destroy of the sandbox while it is frozen for the copy.
   std::shared_ptr<Live> live = FindLive(id);
   if (!live) return Fail(ErrorCode::kNotFound, "sandbox " + id + " is not held by this daemon");
+  if (!live->engine->capabilities().layer_snapshot) {
+    return std::unexpected(runtime::Lacks(live->engine->name(), "layer_snapshot",
+                                          "copy a sandbox's file system into a layer"));
+  }
   std::lock_guard lock(live->lifecycle_mu);
-  return runtime_.SnapshotLayer(id);
+  return live->engine->SnapshotLayer(id);
 }
 
 Result<TemplateRecord> Controller::BuildTemplate(const api::CreateTemplateRequest& request,
@@ -183,10 +180,20 @@ Result<TemplateRecord> Controller::BuildTemplate(const api::CreateTemplateReques
   auto base = PrepareBase(request.base, log);
   if (!base) return std::unexpected(base.error().Wrap("preparing the base " + request.base));
   const std::vector<std::string>& base_layers = base->layers;
-  if (base_layers.size() >= kMaxLayers) {
+  // The engine the build runs on, and the template's after: the request's, else the base's.
+  if (settings.engine.empty() && base->settings) settings.engine = base->settings->engine;
+  auto engine = engines_.Get(settings.engine.empty() ? engines_.default_name() : settings.engine);
+  if (!engine) return std::unexpected(engine.error());
+  const runtime::Capabilities& can = (*engine)->capabilities();
+  if (!can.layer_snapshot) {
+    return std::unexpected(
+        runtime::Lacks((*engine)->name(), "layer_snapshot", "build a template"));
+  }
+  if (base_layers.size() >= can.max_layers) {
     return Fail(ErrorCode::kFailedPrecondition,
                 "template '" + request.base + "' already stacks " +
-                    std::to_string(base_layers.size()) + " layers, the most there can be");
+                    std::to_string(base_layers.size()) + " layers, the most the " +
+                    std::string((*engine)->name()) + " engine stacks");
   }
   settings.root = base->root;
   if (base->settings) {
@@ -239,6 +246,7 @@ Result<TemplateRecord> Controller::BuildTemplate(const api::CreateTemplateReques
   sandbox_request.env = settings.env;
   settings.limits_given.Apply(settings.limits, sandbox_request.limits);
   sandbox_request.metadata[kBuildMetadataKey] = request.name;
+  sandbox_request.engine = std::string((*engine)->name());
   // Its HTTP_PROXY and friends reach the steps through the agent's own env, never the
   // template's settings.
   sandbox_request.network = request.network;
@@ -248,7 +256,7 @@ Result<TemplateRecord> Controller::BuildTemplate(const api::CreateTemplateReques
     std::lock_guard lock(builds_mu_);
     if (builds_stop_) return fail(Error(ErrorCode::kUnavailable, "airlockd is shutting down"));
   }
-  const Origin origin{base_layers, "", base->root};
+  const Origin origin{base_layers, "", base->root, settings.engine};
   auto sandbox = CreateSandbox(sandbox_request, /*pooled=*/false, &origin);
   pin.reset();  // the build sandbox's record names the base's layers now
   if (!sandbox) return fail(sandbox.error().Wrap("creating the build sandbox"));
@@ -500,7 +508,7 @@ Result<TemplateRecord> Controller::DebianBase(const std::string& name,
     record.state = TemplateState::kBuilding;
     record.source = "mmdebstrap --variant=minbase " + suite + " " + images_.debian_mirror;
     api::TemplateSettings settings;
-    settings.root = runtime::kRootfsRoot;
+    settings.root = api::kRootOwn;
     record.spec = settings.ToJson({});
     auto inserted = store_.InsertTemplate(record);
     if (!inserted && inserted.error().code() == ErrorCode::kAlreadyExists) continue;  // a race
@@ -515,7 +523,7 @@ Result<TemplateRecord> Controller::DebianBase(const std::string& name,
     images::DebianOptions options;
     options.suite = suite;
     options.mirror = images_.debian_mirror;
-    auto layer = runtime_.ImportLayer([&](const std::string& dir) {
+    auto layer = engines_.layers().ImportTree([&](const std::string& dir) {
       return images::MakeDebianRoot(
           options, dir,
           [&](std::string_view line) {
@@ -562,7 +570,7 @@ Result<Controller::Base> Controller::ImportImage(const std::string& path,
   log(api::RenderBaseEvent(path, "importing the image archive " + path,
                            std::chrono::system_clock::now()));
   images::ImageConfig config;
-  auto layer = runtime_.ImportLayer([&](const std::string& root) -> Status {
+  auto layer = engines_.layers().ImportTree([&](const std::string& root) -> Status {
     auto unpacked = images::UnpackImage(resolved, root);
     if (!unpacked) return std::unexpected(unpacked.error());
     config = std::move(*unpacked);
@@ -576,7 +584,7 @@ Result<Controller::Base> Controller::ImportImage(const std::string& path,
                            std::chrono::system_clock::now()));
   Base base;
   base.layers = {layer->digest};
-  base.root = runtime::kRootfsRoot;
+  base.root = api::kRootOwn;
   // What the image's config gives its containers and a sandbox can use: env and workdir (not
   // User: commands run as the sandbox's users). Names our API would refuse are left out.
   api::TemplateSettings settings;
@@ -623,10 +631,12 @@ Result<SandboxRecord> Controller::SnapshotSource(const std::string& id) {
                                                     std::string(SandboxStateName(source->state)) +
                                                     ", not running or paused");
   }
-  if (source->layers.size() >= kMaxLayers) {
+  auto engine = EngineOf(*source);
+  if (!engine) return std::unexpected(engine.error());
+  if (source->layers.size() >= (*engine)->capabilities().max_layers) {
     return Fail(ErrorCode::kFailedPrecondition,
                 "sandbox " + id + " already stacks " + std::to_string(source->layers.size()) +
-                    " layers, the most there can be");
+                    " layers, the most the " + std::string((*engine)->name()) + " engine stacks");
   }
   return source;
 }
@@ -644,6 +654,7 @@ Result<TemplateRecord> Controller::Snapshot(const std::string& id,
   }
   settings.base = source->template_name;
   settings.root = RootOf(*source);
+  settings.engine = source->engine;  // its layer was made there
   TemplateRecord record;
   record.name = request.name;
   record.source = "snapshot of " + id;
@@ -681,6 +692,7 @@ Result<Controller::Forked> Controller::Fork(const std::string& id,
   like.metadata["airlock.forked_from"] = id;
   like.tenant = request.tenant;
   like.network = PolicyOf(*source);  // each fork gets a network of its own under the same policy
+  like.engine = source->engine;
   auto workdir = source->resources.find(kWorkdir);
 
   // Under layers_mu_ until the forks' records name the new layer.
@@ -723,12 +735,12 @@ Result<int> Controller::CollectLayers() {
   if (collection_deferred_) return 0;
   auto used = store_.LayersInUse();
   if (!used) return std::unexpected(used.error());
-  auto stored = runtime_.ListLayers();
+  auto stored = engines_.layers().List();
   if (!stored) return std::unexpected(stored.error());
   int removed = 0;
   for (const std::string& digest : *stored) {
     if (used->contains(digest)) continue;
-    if (auto st = runtime_.RemoveLayer(digest); !st) {
+    if (auto st = engines_.layers().Remove(digest); !st) {
       spdlog::error("removing layer {}: {}", digest, st.error().message());
       continue;
     }

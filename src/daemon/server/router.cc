@@ -285,6 +285,7 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
     return Pools(request, parts, raw_query);
   }
   if (parts.size() >= 2 && parts[1] == "keys") return Keys(request, caller, parts, raw_query);
+  if (parts.size() >= 2 && parts[1] == "engines") return Engines(request, parts, raw_query);
   if (parts.size() >= 2 && parts[1] == "templates") {
     return Templates(request, caller, parts, raw_query);
   }
@@ -564,6 +565,28 @@ HttpReply Router::Keys(const HttpRequest& request, const Caller& caller,
   }
   if (auto st = store_.RevokeKey(id); !st) return ErrorReply(st.error());
   return {204, "", ""};
+}
+
+HttpReply Router::Engines(const HttpRequest& request, std::span<const std::string_view> parts,
+                          std::string_view raw_query) {
+  const std::string path = request.target.substr(0, request.target.find('?'));
+  if (parts.size() != 2) return NotFoundRoute(path);
+  if (request.method != "GET") return MethodNotAllowed(request.method, path, {"GET"});
+  if (!raw_query.empty() || !request.body.empty()) {
+    return ErrorReply(
+        Error(ErrorCode::kInvalidArgument, "this call takes no query string and no body"));
+  }
+  std::vector<api::EngineView> views;
+  for (const runtime::EngineStatus& e : controller_.Engines()) {
+    views.push_back({.name = e.name,
+                     .description = e.description,
+                     .enabled = e.enabled,
+                     .available = e.available,
+                     .reason = e.reason,
+                     .is_default = e.name == controller_.default_engine(),
+                     .capabilities = e.capabilities});
+  }
+  return {200, api::RenderEngineList(views, controller_.default_engine()), ""};
 }
 
 HttpReply Router::Pools(const HttpRequest& request, std::span<const std::string_view> parts,

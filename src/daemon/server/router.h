@@ -90,6 +90,9 @@ class Router {
   // /v1/pools and /v1/pools/{template}; `parts` is the split path.
   HttpReply Templates(const HttpRequest& request, const Caller& caller,
                       std::span<const std::string_view> parts, std::string_view raw_query);
+  // GET /v1/engines: every engine, available or not, with what it can do (any caller).
+  HttpReply Engines(const HttpRequest& request, std::span<const std::string_view> parts,
+                    std::string_view raw_query);
   HttpReply Pools(const HttpRequest& request, std::span<const std::string_view> parts,
                   std::string_view raw_query);
   HttpReply RenderMetrics();

@@ -117,11 +117,21 @@ ALTER TABLE sandboxes ADD COLUMN tenant TEXT NOT NULL DEFAULT 'admin';
 ALTER TABLE templates ADD COLUMN tenant TEXT NOT NULL DEFAULT '';
 CREATE INDEX sandboxes_by_tenant ON sandboxes (tenant);
 )sql",
+    // 7: engines (docs/design/engines.md). What an engine keeps about a live sandbox is its own,
+    // opaque to the daemon: `engine_state`, given back to the engine's adopt. The jail's was the
+    // agent's host pid (init_pid) and a few resources entries: they move into it.
+    R"sql(
+ALTER TABLE sandboxes ADD COLUMN engine_state TEXT NOT NULL DEFAULT '';
+UPDATE sandboxes SET engine_state = json_object('init_pid', init_pid) WHERE init_pid > 0;
+UPDATE sandboxes SET resources = json_remove(resources, '$.uid_base', '$.dir', '$.cgroup0',
+    '$.cgroup1', '$.cgroup2', '$.cgroup3', '$.cgroup4', '$.cgroup5', '$.cgroup6', '$.cgroup7');
+ALTER TABLE sandboxes DROP COLUMN init_pid;
+)sql",
 };
 
 constexpr std::string_view kColumns =
     "id, state, engine, template_name, cpus, memory_mb, pids_max, disk_mb, env, metadata, "
-    "created_at_ms, updated_at_ms, expires_at_ms, init_pid, resources, error, pooled, layers, "
+    "created_at_ms, updated_at_ms, expires_at_ms, engine_state, resources, error, pooled, layers, "
     "network, tenant";
 
 int64_t RealtimeMs() {
@@ -214,7 +224,6 @@ Status ValidateFields(const SandboxRecord& r) {
   if (r.expires_at_ms < 0) {
     return Fail(ErrorCode::kInvalidArgument, "expires_at_ms must not be negative");
   }
-  if (r.init_pid < 0) return Fail(ErrorCode::kInvalidArgument, "init_pid must not be negative");
   return ValidateTenant(r.tenant);
 }
 
@@ -233,7 +242,7 @@ void BindRecord(Statement& stmt, const SandboxRecord& r, const EncodedColumns& e
       .Bind(11, r.created_at_ms)
       .Bind(12, r.updated_at_ms)
       .Bind(13, r.expires_at_ms)
-      .Bind(14, r.init_pid)
+      .Bind(14, r.engine_state)
       .Bind(15, enc.resources)
       .Bind(16, r.error)
       .Bind(17, static_cast<int64_t>(r.pooled ? 1 : 0))
@@ -264,7 +273,7 @@ Result<SandboxRecord> ReadRecord(const Statement& stmt) {
   r.created_at_ms = stmt.ColumnInt(10);
   r.updated_at_ms = stmt.ColumnInt(11);
   r.expires_at_ms = stmt.ColumnInt(12);
-  r.init_pid = stmt.ColumnInt(13);
+  r.engine_state = stmt.ColumnText(13);
   auto resources = ParseStringMap(stmt.ColumnText(14), r.id, "resources");
   if (!resources) return std::unexpected(std::move(resources.error()));
   r.resources = std::move(*resources);
@@ -448,7 +457,7 @@ Status Store::UpdateLocked(const SandboxRecord& record) {
   auto stmt = db_.Prepare(
       "UPDATE sandboxes SET state = ?2, engine = ?3, template_name = ?4, cpus = ?5, "
       "memory_mb = ?6, pids_max = ?7, disk_mb = ?8, env = ?9, metadata = ?10, "
-      "created_at_ms = ?11, updated_at_ms = ?12, expires_at_ms = ?13, init_pid = ?14, "
+      "created_at_ms = ?11, updated_at_ms = ?12, expires_at_ms = ?13, engine_state = ?14, "
       "resources = ?15, error = ?16, pooled = ?17, layers = ?18, network = ?19, tenant = ?20 "
       "WHERE id = ?1");
   if (!stmt) return std::unexpected(std::move(stmt.error()));
@@ -539,10 +548,10 @@ Result<SandboxRecord> Store::UpdateNetwork(std::string_view id, std::string netw
   return EditUnlessDestroyed(id, [&](SandboxRecord& r) { r.network = std::move(network); });
 }
 
-Result<SandboxRecord> Store::SetRuntimeInfo(std::string_view id, int64_t init_pid,
+Result<SandboxRecord> Store::SetRuntimeInfo(std::string_view id, std::string engine_state,
                                             std::map<std::string, std::string> resources) {
   return EditUnlessDestroyed(id, [&](SandboxRecord& r) {
-    r.init_pid = init_pid;
+    r.engine_state = std::move(engine_state);
     r.resources = std::move(resources);
   });
 }

@@ -55,8 +55,10 @@ struct SandboxRecord {
   int64_t created_at_ms = 0;                     // unix ms, set by the store on Insert
   int64_t updated_at_ms = 0;                     // unix ms, set by the store on every write
   int64_t expires_at_ms = 0;                     // absolute unix ms TTL deadline; 0 = none
-  int64_t init_pid = 0;                          // host pid of the sandbox's init; 0 = none
-  std::map<std::string, std::string> resources;  // what the engine made (cgroup dirs, uid base)
+  // What its engine keeps about it (opaque to the daemon; runtime/engine.h), for adopt.
+  std::string engine_state;
+  // The daemon's own notes on the sandbox (its network slot, its workdir, ...).
+  std::map<std::string, std::string> resources;
   std::string error;                             // why it failed / could not be recovered
   // Made by the warm-pool filler and not claimed by a create yet (docs/design/pools.md). The
   // API never shows such a record; a claim clears the flag.
@@ -199,8 +201,9 @@ class Store {
                                                      std::map<std::string, std::string> metadata);
   // Replaces the network policy (JSON; "" for mode none); refused once destroyed.
   [[nodiscard]] Result<SandboxRecord> UpdateNetwork(std::string_view id, std::string network);
-  // Records what the engine made, for recovery. Refused (409) once destroyed.
-  [[nodiscard]] Result<SandboxRecord> SetRuntimeInfo(std::string_view id, int64_t init_pid,
+  // Records what the engine keeps and the daemon's notes, for recovery. Refused (409) once
+  // destroyed.
+  [[nodiscard]] Result<SandboxRecord> SetRuntimeInfo(std::string_view id, std::string engine_state,
                                                      std::map<std::string, std::string> resources);
 
   // Removes one destroyed record (409 if it is not destroyed, 404 if absent).

@@ -24,6 +24,7 @@
 #include <cstring>
 
 #include "common/syscall.h"
+#include "runtime/guest.h"
 #include "runtime/jail/seccomp_policy.h"
 
 namespace airlock::jail {
@@ -32,7 +33,7 @@ namespace {
 // The inode cap of a tmpfs of `mb` MiB: one inode per 4 KiB, at least 1024.
 uint64_t InodesFor(uint64_t mb) { return std::max<uint64_t>(mb * 256, 1024); }
 
-constexpr uid_t kUserUid = 1000;
+constexpr uid_t kUserUid = runtime::guest::kUserUid;
 
 struct Failure {
   const char* step = nullptr;
@@ -331,7 +332,9 @@ Failure WriteEtc(const JailConfig& c, const UniqueFd& alternatives) {
   }
   if (MkdirOwned("/root", 0700, 0) < 0) return {"mkdir /root", errno};
   if (MkdirOwned("/home", 0755, 0) < 0) return {"mkdir /home", errno};
-  if (MkdirOwned("/home/user", 0755, kUserUid) < 0) return {"mkdir /home/user", errno};
+  if (MkdirOwned(std::string(runtime::guest::kHome).c_str(), 0755, kUserUid) < 0) {
+    return {"mkdir the user's home", errno};
+  }
   return {};
 }
 

@@ -14,7 +14,7 @@
 
 #include "common/ids.h"
 #include "protocol/client.h"
-#include "runtime/jail/jail_runtime.h"
+#include "runtime/jail/jail_engine.h"
 
 namespace {
 
@@ -68,7 +68,10 @@ int main(int argc, char** argv) {
   for (; i < argc; ++i) exec.argv.emplace_back(argv[i]);
   exec.user = user;
 
-  auto rt = airlock::jail::JailRuntime::Open(options);
+  airlock::runtime::LayerStore layers(options.state_dir + "/layers", options.state_dir + "/staging");
+  if (auto st = layers.Prepare(); !st) Die(st.error().message());
+  options.layers = &layers;
+  auto rt = airlock::jail::JailEngine::Open(options);
   if (!rt) Die(rt.error().message());
   auto t0 = std::chrono::steady_clock::now();
   auto sbx = (*rt)->Create(spec);
@@ -81,7 +84,7 @@ int main(int argc, char** argv) {
   } else {
     std::fprintf(stderr, "[%s created in %.1f ms, agent pid %d on the host]\n", spec.id.c_str(),
                  std::chrono::duration<double, std::milli>(t1 - t0).count(),
-                 (*sbx)->info().init_pid);
+                 (*rt)->InitPid(spec.id));
     auto r = client->Exec(exec);
     if (!r) {
       std::fprintf(stderr, "airlock-jail-run: %s\n", r.error().message().c_str());

@@ -387,16 +387,39 @@ TEST(TemplateBaseTest, AnImagesEnvKeepsOnlyWhatARequestCouldHold) {
                          {"A", "b=c"}}));
 }
 
-TEST(TemplateSettingsTest, TheRootRoundTripsAndAnUnknownOneIsRefused) {
+TEST(TemplateSettingsTest, TheRootAndEngineRoundTripAndAnUnknownRootIsRefused) {
   TemplateSettings s;
-  s.root = runtime::kRootfsRoot;
+  s.root = kRootOwn;
+  s.engine = "gvisor";
   auto back = TemplateSettings::FromJson(s.ToJson({}));
   ASSERT_TRUE(back);
-  EXPECT_EQ(back->root, runtime::kRootfsRoot);
+  EXPECT_EQ(back->root, kRootOwn);
+  EXPECT_EQ(back->engine, "gvisor");
   auto old = TemplateSettings::FromJson(R"({"base": "base"})");  // stored before roots existed
   ASSERT_TRUE(old);
-  EXPECT_EQ(old->root, runtime::kBaseRoot);
+  EXPECT_EQ(old->root, kRootHostUsr);
+  EXPECT_EQ(old->engine, "") << "stored before engines: the daemon's default";
   EXPECT_FALSE(TemplateSettings::FromJson(R"({"root": "host"})"));
+}
+
+TEST(CreateSandboxRequestTest, EngineIsANameAndNothingElse) {
+  auto named = CreateSandboxRequest::FromJson(R"({"engine": "jail"})");
+  ASSERT_TRUE(named) << named.error().message();
+  EXPECT_EQ(named->engine, "jail");
+  EXPECT_EQ(CreateSandboxRequest::FromJson("{}")->engine, "") << "none named: chosen later";
+  for (const char* bad : {R"({"engine": ""})", R"({"engine": "Jail"})", R"({"engine": 1})",
+                          R"({"engine": "../x"})", R"({"engine": "a b"})",
+                          R"({"engine": "abcdefghijklmnopqrstuvwxyz0123456"})"}) {
+    auto refused = CreateSandboxRequest::FromJson(bad);
+    ASSERT_FALSE(refused) << bad;
+    EXPECT_EQ(refused.error().code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(refused.error().message().find("engine must be"), std::string::npos)
+        << refused.error().message();
+  }
+  auto build = CreateTemplateRequest::FromJson(R"({"name": "t", "engine": "jail"})");
+  ASSERT_TRUE(build) << build.error().message();
+  EXPECT_EQ(build->engine, "jail");
+  EXPECT_EQ(TemplateSettings::From(*build).engine, "jail");
 }
 
 TEST(CreateSandboxRequestTest, NetworkIsParsedAndBadRulesNameTheirPlace) {

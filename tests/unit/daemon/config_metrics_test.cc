@@ -24,7 +24,8 @@ TEST(ConfigTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(c.state_dir, "/var/lib/airlock");
   EXPECT_FALSE(c.no_auth);
   EXPECT_EQ(c.on_shutdown, OnShutdown::kKeep);
-  EXPECT_FALSE(c.base_usr_local) << "the host's /usr/local is shown only when asked for";
+  EXPECT_FALSE(c.engines.contains("jail")) << "the host's /usr/local is shown only when asked for";
+  EXPECT_EQ(c.default_engine, "jail");
 }
 
 TEST(ConfigTest, FileSetsEveryKey) {
@@ -45,11 +46,11 @@ base-usr-local = true
   EXPECT_EQ(c.state_dir, "/srv/airlock \"q\" \\ x");
   EXPECT_TRUE(c.no_auth);
   EXPECT_EQ(c.agent, "/opt/a");
-  EXPECT_EQ(c.launcher, "/opt/l");
+  EXPECT_EQ(c.engines["jail"]["launcher"], "/opt/l");
   EXPECT_EQ(c.log_level, "debug");
   EXPECT_EQ(c.on_shutdown, OnShutdown::kDestroy);
   EXPECT_EQ(c.workers, 12);
-  EXPECT_TRUE(c.base_usr_local);
+  EXPECT_EQ(c.engines["jail"]["base_usr_local"], "true");
 }
 
 TEST(ConfigTest, BadFilesNameTheLineAndChangeNothingAfterIt) {
@@ -69,7 +70,13 @@ TEST(ConfigTest, BadFilesNameTheLineAndChangeNothingAfterIt) {
       {"workers = 12x\n", "line 1: workers must be a number"},
       {"on_shutdown = \"pause\"\n", "line 1: on_shutdown must be keep or destroy"},
       {"log_level = \"loud\"\n", "line 1: log_level must be"},
-      {"[server]\n", "line 1: tables are not supported"},
+      {"[server]\n", "line 1: the only tables are [engine.<name>]"},
+      {"[engine.Jail]\n", "line 1: the only tables are [engine.<name>]"},
+      {"[engine.jail] x\n", "line 1: the only tables are [engine.<name>]"},
+      {"[engine.jail]\nenabled = maybe\n", "line 2: engine.jail.enabled must be true or false"},
+      {"[engine.jail]\nx = 1\n[engine.jail]\nx = 2\n", "line 4: engine.jail.x is set twice"},
+      {"engine.jail = 1\n", "line 1: engine.jail: want engine.<name>.<option>"},
+      {"default_engine = \"A B\"\n", "line 1: default_engine must be an engine's name"},
       {"state_dir = \"\"\n", "line 1: state_dir must not be empty"},
       {"listen = \"a\" junk\n", "line 1: listen: unexpected text after the value"},
       {"agent = \"a\\nb\"\n", "line 1: agent: only"},
@@ -81,6 +88,31 @@ TEST(ConfigTest, BadFilesNameTheLineAndChangeNothingAfterIt) {
     EXPECT_NE(st.error().message().find(c.error), std::string::npos)
         << c.text << " -> " << st.error().message();
   }
+}
+
+TEST(ConfigTest, EngineTablesGiveEachEngineItsOptions) {
+  Config c;
+  ASSERT_TRUE(c.ApplyFile(R"(listen = "127.0.0.1:1"
+default_engine = "gvisor"
+
+[engine.jail]
+enabled = false
+uid-first = 65536   # dashes or underscores, as everywhere
+
+[engine.gvisor]
+platform = "systrap"
+)"));
+  EXPECT_EQ(c.listen, "127.0.0.1:1") << "keys before the first table stay top-level";
+  EXPECT_EQ(c.default_engine, "gvisor");
+  EXPECT_EQ(c.engines["jail"]["enabled"], "false");
+  EXPECT_EQ(c.engines["jail"]["uid_first"], "65536");
+  EXPECT_EQ(c.engines["gvisor"]["platform"], "systrap");
+  // The same as a dotted key, and as a flag.
+  Config f;
+  EXPECT_TRUE(f.Set("engine.jail.cgroup-root", "/sys/fs/cgroup"));
+  EXPECT_EQ(f.engines["jail"]["cgroup_root"], "/sys/fs/cgroup");
+  EXPECT_FALSE(f.Set("engine..x", "1"));
+  EXPECT_FALSE(f.Set("engine.jail.", "1"));
 }
 
 TEST(ConfigTest, FlagsUseDashesAndTheSameRules) {

@@ -60,9 +60,18 @@ std::string RawQuery(const std::string& db_path, const std::string& sql) {
   return out;
 }
 
+// Takes a database back to schema version 6, as an Airlock without engine state left it: the
+// agent's host pid in init_pid, the jail's resources in resources.
+void UndoEngineStateMigration(const std::string& db_path) {
+  RawQuery(db_path, "ALTER TABLE sandboxes ADD COLUMN init_pid INTEGER NOT NULL DEFAULT 0");
+  RawQuery(db_path, "ALTER TABLE sandboxes DROP COLUMN engine_state");
+  RawQuery(db_path, "PRAGMA user_version = 6");
+}
+
 // Takes a database back to schema version 5, as an Airlock without tenancy left it: migration
 // 6's index and columns go (the rows stay).
 void UndoTenancyMigration(const std::string& db_path) {
+  UndoEngineStateMigration(db_path);
   RawQuery(db_path, "DROP INDEX sandboxes_by_tenant");
   RawQuery(db_path, "ALTER TABLE sandboxes DROP COLUMN tenant");
   RawQuery(db_path, "ALTER TABLE api_keys DROP COLUMN tenant");
@@ -181,8 +190,8 @@ TEST(StoreOpenTest, FailsOnMissingDirectory) {
 TEST_F(StoreTest, InsertThenGetRoundTripsEveryField) {
   SandboxRecord r = MakeRecord("sbx-round");
   r.expires_at_ms = kT0 + 60'000;
-  r.init_pid = 1234;
-  r.resources = {{"cgroup", "/sys/fs/cgroup/airlock/sbx-round"}, {"uid_base", "165536"}};
+  r.engine_state = R"({"init_pid":1234,"uid_base":165536})";
+  r.resources = {{"net.slot", "7"}, {"workdir", "/srv"}};
   r.error = "none yet";
   r.created_at_ms = 1;  // ignored: the store sets the times
   auto inserted = store_->Insert(r);
@@ -254,7 +263,7 @@ TEST_F(StoreTest, BadIdsAreRefusedBeforeAnySql) {
     check(store_->MarkFailed(id, "x").error(), "MarkFailed");
     check(store_->UpdateTtl(id, 1).error(), "UpdateTtl");
     check(store_->UpdateMetadata(id, {}).error(), "UpdateMetadata");
-    check(store_->SetRuntimeInfo(id, 1, {}).error(), "SetRuntimeInfo");
+    check(store_->SetRuntimeInfo(id, "", {}).error(), "SetRuntimeInfo");
     check(store_->Delete(id).error(), "Delete");
   }
   auto all = store_->List();
@@ -375,7 +384,7 @@ TEST_F(StoreTest, TransitionAppliesMutationButKeepsIdentity) {
   InState("sbx-m", S::kCreating);
   now_ = kT0 + 500;
   auto moved = store_->Transition("sbx-m", {}, S::kRunning, [](SandboxRecord& r) {
-    r.init_pid = 4242;
+    r.engine_state = "{\"init_pid\":4242}";
     r.resources["cgroup"] = "/sys/fs/cgroup/x";
     r.id = "sbx-other";       // ignored
     r.state = S::kDestroyed;  // ignored
@@ -386,7 +395,7 @@ TEST_F(StoreTest, TransitionAppliesMutationButKeepsIdentity) {
   ASSERT_TRUE(got.has_value());
   EXPECT_EQ(*got, *moved);
   EXPECT_EQ(got->state, S::kRunning);
-  EXPECT_EQ(got->init_pid, 4242);
+  EXPECT_EQ(got->engine_state, "{\"init_pid\":4242}");
   EXPECT_EQ(got->resources.at("cgroup"), "/sys/fs/cgroup/x");
   EXPECT_EQ(got->created_at_ms, kT0);
   EXPECT_EQ(got->updated_at_ms, kT0 + 500);
@@ -410,12 +419,12 @@ TEST_F(StoreTest, EditsWorkUntilDestroyed) {
   InState("sbx-e", S::kPaused);
   ASSERT_TRUE(store_->UpdateTtl("sbx-e", kT0 + 10).has_value());
   ASSERT_TRUE(store_->UpdateMetadata("sbx-e", {{"a", "b"}}).has_value());
-  ASSERT_TRUE(store_->SetRuntimeInfo("sbx-e", 99, {{"uid_base", "65536"}}).has_value());
+  ASSERT_TRUE(store_->SetRuntimeInfo("sbx-e", "opaque 99", {{"uid_base", "65536"}}).has_value());
   auto got = store_->Get("sbx-e");
   ASSERT_TRUE(got.has_value());
   EXPECT_EQ(got->expires_at_ms, kT0 + 10);
   EXPECT_EQ(got->metadata, (std::map<std::string, std::string>{{"a", "b"}}));
-  EXPECT_EQ(got->init_pid, 99);
+  EXPECT_EQ(got->engine_state, "opaque 99");
   EXPECT_EQ(got->resources.at("uid_base"), "65536");
   EXPECT_EQ(got->state, S::kPaused);
   EXPECT_EQ(store_->UpdateTtl("sbx-e", -1).error().code(), ErrorCode::kInvalidArgument);
@@ -423,7 +432,7 @@ TEST_F(StoreTest, EditsWorkUntilDestroyed) {
   InState("sbx-gone", S::kDestroyed);
   for (const Error& e :
        {store_->UpdateTtl("sbx-gone", 5).error(), store_->UpdateMetadata("sbx-gone", {}).error(),
-        store_->SetRuntimeInfo("sbx-gone", 1, {}).error()}) {
+        store_->SetRuntimeInfo("sbx-gone", "", {}).error()}) {
     EXPECT_EQ(e.code(), ErrorCode::kFailedPrecondition);
     EXPECT_EQ(e.message(), "sandbox sbx-gone is destroyed");
   }
@@ -1211,7 +1220,7 @@ TEST_F(StoreTest, MigrationFromVersionFourAddsTheVerdictTablesAndKeepsRecords) {
   ASSERT_EQ(RawQuery(db_path_, "SELECT count(*) FROM sqlite_master WHERE name LIKE 'network%'"),
             "0");
   Reopen();
-  EXPECT_EQ(RawQuery(db_path_, "PRAGMA user_version"), "6");
+  EXPECT_EQ(RawQuery(db_path_, "PRAGMA user_version"), "7");
   EXPECT_EQ(RawQuery(db_path_, "SELECT count(*) FROM sqlite_master WHERE name LIKE 'network%'"),
             "2");
   auto old = store_->Get("sbx-old");
@@ -1220,6 +1229,29 @@ TEST_F(StoreTest, MigrationFromVersionFourAddsTheVerdictTablesAndKeepsRecords) {
   const NetworkEventBatch batches[] = {Batch("sbx-old", 0, 2)};
   ASSERT_TRUE(store_->AppendNetworkEvents(batches, 100).has_value());
   EXPECT_EQ(store_->NetworkEvents("sbx-old", 0, 10)->events.size(), 2u);
+  EXPECT_TRUE(store_->CheckIntegrity().has_value());
+}
+
+TEST_F(StoreTest, MigrationFromVersionSixMovesTheAgentsPidIntoEngineState) {
+  InState("sbx-old", S::kRunning);
+  InState("sbx-none", S::kDestroyed);
+  store_.reset();
+  UndoEngineStateMigration(db_path_);
+  RawQuery(db_path_, "UPDATE sandboxes SET init_pid = 4321, resources = "
+                     "'{\"uid_base\":\"65536\",\"dir\":\"/x\",\"cgroup0\":\"/c\","
+                     "\"net.slot\":\"3\"}' WHERE id = 'sbx-old'");
+  Reopen();
+  EXPECT_EQ(RawQuery(db_path_, "PRAGMA user_version"), "7");
+  EXPECT_EQ(RawQuery(db_path_, "SELECT count(*) FROM pragma_table_info('sandboxes') "
+                               "WHERE name = 'init_pid'"),
+            "0");
+  auto old = store_->Get("sbx-old");
+  ASSERT_TRUE(old.has_value()) << old.error().message();
+  EXPECT_EQ(old->engine_state, "{\"init_pid\":4321}");
+  EXPECT_EQ(old->resources, (std::map<std::string, std::string>{{"net.slot", "3"}}))
+      << "the jail's entries left for its state, the daemon's stayed";
+  EXPECT_EQ(RawQuery(db_path_, "SELECT engine_state FROM sandboxes WHERE id = 'sbx-none'"), "")
+      << "no pid, no state";
   EXPECT_TRUE(store_->CheckIntegrity().has_value());
 }
 
@@ -1237,8 +1269,8 @@ TEST_F(StoreTest, MigrationFromVersionFiveGivesEveryOldRowToAdmin) {
             "0");
 
   Reopen();
-  EXPECT_EQ(RawQuery(db_path_, "PRAGMA user_version"), "6");
-  EXPECT_EQ(Store::CurrentSchemaVersion(), 6);
+  EXPECT_EQ(RawQuery(db_path_, "PRAGMA user_version"), "7");
+  EXPECT_EQ(Store::CurrentSchemaVersion(), 7);
   auto old = store_->Get("sbx-old");
   ASSERT_TRUE(old.has_value());
   EXPECT_EQ(old->tenant, "admin");

@@ -23,7 +23,7 @@
 #include "common/syscall.h"
 #include "protocol/client.h"
 #include "runtime/jail/contain.h"
-#include "runtime/jail/jail_runtime.h"
+#include "runtime/jail/jail_engine.h"
 #include "runtime/jail/posture.h"
 #include "support/host_usr_canaries.h"
 
@@ -60,11 +60,17 @@ class JailTest : public ::testing::Test {
     char tmpl[] = "/tmp/airlock-jail-test-XXXXXX";
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
     state_dir_ = new std::string(tmpl);
+    layers_ = new runtime::LayerStore(*state_dir_ + "/layers", *state_dir_ + "/staging");
+    if (auto st = layers_->Prepare(); !st) {
+      open_error_ = new std::string(st.error().message());
+      return;
+    }
     JailOptions options;
     options.state_dir = *state_dir_;
     options.launcher_path = AIRLOCK_JAIL_LAUNCHER_PATH;
     options.agent_path = AIRLOCK_AGENT_PATH;
-    auto rt = JailRuntime::Open(options);
+    options.layers = layers_;
+    auto rt = JailEngine::Open(options);
     if (!rt) {
       open_error_ = new std::string(rt.error().message());
       return;
@@ -74,6 +80,8 @@ class JailTest : public ::testing::Test {
   static void TearDownTestSuite() {
     delete runtime_;
     runtime_ = nullptr;
+    delete layers_;
+    layers_ = nullptr;
     if (state_dir_) {
       std::error_code ec;
       fs::remove_all(*state_dir_, ec);
@@ -99,18 +107,17 @@ class JailTest : public ::testing::Test {
 
   // A sandbox with a connected agent; destroyed when the test ends.
   Box Make(runtime::Limits limits = {}, std::vector<std::string> layers = {},
-           const char* root = runtime::kBaseRoot) {
+           bool host_usr = true) {
     runtime::SandboxSpec spec;
     spec.id = NewSandboxId();
-    spec.template_name = root;
+    spec.root = {host_usr, std::move(layers)};
     spec.limits = limits;
-    spec.layers = std::move(layers);
     auto sbx = runtime_->Create(spec);
     EXPECT_TRUE(sbx) << (sbx ? "" : sbx.error().message());
     Box box{spec.id};
     if (!sbx) return box;
     made_.push_back(spec.id);
-    box.init_pid = (*sbx)->info().init_pid;
+    box.init_pid = JailEngine::InitPidOf((*sbx)->info().engine_state);
     auto client = p::BlockingClient::Connect((*sbx)->TakeAgentChannel());
     EXPECT_TRUE(client) << (client ? "" : client.error().message());
     if (client) box.client.emplace(std::move(*client));
@@ -140,7 +147,8 @@ class JailTest : public ::testing::Test {
     return SandboxCgroup::Open(runtime_->cgroup_layout(), id);
   }
 
-  static inline JailRuntime* runtime_ = nullptr;
+  static inline JailEngine* runtime_ = nullptr;
+  static inline runtime::LayerStore* layers_ = nullptr;
   static inline std::string* state_dir_ = nullptr;
   static inline std::string* open_error_ = nullptr;
   std::vector<std::string> made_;
@@ -538,7 +546,7 @@ TEST_F(JailTest, SnapshotLayersCarryFilesOwnersAndDeletions) {
   EXPECT_EQ(Slurp(layer + "/home/user/notes"), "mine\n");
   EXPECT_EQ(Run(b, "cat /home/user/notes").stdout_data, "mine\n");
 
-  auto listed = runtime_->ListLayers();
+  auto listed = layers_->List();
   ASSERT_TRUE(listed);
   EXPECT_NE(std::ranges::find(*listed, first->digest), listed->end());
 }
@@ -550,7 +558,7 @@ TEST_F(JailTest, ASnapshotOfATooDeepTreeIsRefused) {
   auto made = Run(box, "cd /home/user && for i in $(seq 300); do mkdir d && cd d || exit 1; done; "
                        "echo deep");
   ASSERT_EQ(made.stdout_data, "deep\n") << made.stderr_data;
-  auto before = runtime_->ListLayers();
+  auto before = layers_->List();
   ASSERT_TRUE(before);
   auto snap = runtime_->SnapshotLayer(box.id);
   ASSERT_FALSE(snap);
@@ -558,29 +566,31 @@ TEST_F(JailTest, ASnapshotOfATooDeepTreeIsRefused) {
   EXPECT_NE(snap.error().message().find("deeper than 256"), std::string::npos)
       << snap.error().message();
   EXPECT_EQ(Run(box, "echo alive").stdout_data, "alive\n");
-  EXPECT_EQ(*runtime_->ListLayers(), *before);
+  EXPECT_EQ(*layers_->List(), *before);
   EXPECT_EQ(ListDir(*state_dir_ + "/layers").size(), before->size()) << "a temporary was left";
 }
 
 TEST_F(JailTest, LayersThatDoNotExistAreRefused) {
   auto missing = runtime_->Create(runtime::SandboxSpec{
-      .id = NewSandboxId(), .layers = {std::string(64, 'a')}});
+      .id = NewSandboxId(), .root = {.layers = {std::string(64, 'a')}}});
   ASSERT_FALSE(missing);
   EXPECT_EQ(missing.error().code(), ErrorCode::kNotFound);
-  auto bad = runtime_->Create(runtime::SandboxSpec{.id = NewSandboxId(), .layers = {"../x"}});
+  auto bad =
+      runtime_->Create(runtime::SandboxSpec{.id = NewSandboxId(), .root = {.layers = {"../x"}}});
   ASSERT_FALSE(bad);
   EXPECT_EQ(bad.error().code(), ErrorCode::kNotFound);
-  EXPECT_FALSE(runtime_->HasLayer("../../etc"));
-  EXPECT_FALSE(runtime_->RemoveLayer("../../etc"));
-  EXPECT_TRUE(runtime_->RemoveLayer(std::string(64, 'b'))) << "removing no layer succeeds";
+  EXPECT_FALSE(layers_->Has("../../etc"));
+  EXPECT_FALSE(layers_->Remove("../../etc"));
+  EXPECT_TRUE(layers_->Remove(std::string(64, 'b'))) << "removing no layer succeeds";
   auto snap = runtime_->SnapshotLayer("sbx-nothere");
   ASSERT_FALSE(snap);
   EXPECT_EQ(snap.error().code(), ErrorCode::kNotFound);
 }
 
 // A layer made from a directory tree on the host (as an image import makes one).
-std::string ImportTree(runtime::Runtime& rt, const std::function<void(const std::string&)>& fill) {
-  auto imported = rt.ImportLayer([&](const std::string& dir) -> Status {
+std::string ImportTree(const runtime::LayerStore& store,
+                       const std::function<void(const std::string&)>& fill) {
+  auto imported = store.ImportTree([&](const std::string& dir) -> Status {
     fill(dir);
     return {};
   });
@@ -598,7 +608,7 @@ TEST_F(JailTest, ARootFileSystemLayerIsTheWholeRoot) {
   if (!runtime_->agent_is_static()) {
     GTEST_SKIP() << "the agent is dynamically linked (a sanitizer build): no rootfs sandbox";
   }
-  const std::string digest = ImportTree(*runtime_, [](const std::string& dir) {
+  const std::string digest = ImportTree(*layers_, [](const std::string& dir) {
     fs::create_directories(dir + "/bin");
     fs::create_directories(dir + "/usr/share/marker");
     fs::copy_file("/bin/busybox", dir + "/bin/busybox");
@@ -614,9 +624,9 @@ TEST_F(JailTest, ARootFileSystemLayerIsTheWholeRoot) {
   });
   ASSERT_FALSE(digest.empty());
   // Nothing of the import is left in the staging directory.
-  EXPECT_TRUE(ListDir(runtime_->StagingDir()).empty());
+  EXPECT_TRUE(ListDir(*state_dir_ + "/staging").empty());
 
-  Box box = Make({}, {digest}, runtime::kRootfsRoot);
+  Box box = Make({}, {digest}, /*host_usr=*/false);
   auto seen = Run(box,
                   "cat /etc/os-release; ls /usr; test -e /usr/bin/env || echo no-host-usr; "
                   "id -u; cat /etc/passwd; stat -c %F /etc/resolv.conf");
@@ -634,7 +644,7 @@ TEST_F(JailTest, ARootFileSystemLayerIsTheWholeRoot) {
   // Without its layer a rootfs sandbox has no root: refused before anything is made.
   runtime::SandboxSpec bare;
   bare.id = NewSandboxId();
-  bare.template_name = runtime::kRootfsRoot;
+  bare.root.host_usr = false;
   auto refused = runtime_->Create(bare);
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().code(), ErrorCode::kInvalidArgument);
@@ -647,13 +657,13 @@ TEST_F(JailTest, SymlinksALayerLeftInEtcReachNothingOnTheHost) {
   ASSERT_NE(::mkdtemp(canary_tmpl), nullptr);
   const std::string canary = canary_tmpl;
   ASSERT_EQ(::chmod(canary.c_str(), 01777), 0);
-  const std::string files = ImportTree(*runtime_, [&](const std::string& dir) {
+  const std::string files = ImportTree(*layers_, [&](const std::string& dir) {
     fs::create_directories(dir + "/etc");
     for (const char* name : {"hostname", "passwd", "hosts"}) {
       fs::create_symlink(canary + "/" + name, dir + "/etc/" + name);
     }
   });
-  const std::string whole = ImportTree(*runtime_, [&](const std::string& dir) {
+  const std::string whole = ImportTree(*layers_, [&](const std::string& dir) {
     fs::create_symlink(canary, dir + "/etc");
   });
   ASSERT_FALSE(files.empty());
@@ -666,7 +676,7 @@ TEST_F(JailTest, SymlinksALayerLeftInEtcReachNothingOnTheHost) {
   // A symlinked /etc is refused, naming why.
   runtime::SandboxSpec spec;
   spec.id = NewSandboxId();
-  spec.layers = {whole};
+  spec.root.layers = {whole};
   auto refused = runtime_->Create(spec);
   ASSERT_FALSE(refused);
   EXPECT_NE(refused.error().message().find("mount point is not a directory"), std::string::npos)
@@ -690,7 +700,7 @@ TEST_F(JailTest, ALayerCannotRedirectTheUsrMountPoints) {
   } remove{canary};
   ASSERT_EQ(::chmod(canary.c_str(), 01777), 0);
   auto symlinked = [&](const std::string& at) {
-    return ImportTree(*runtime_, [&](const std::string& dir) {
+    return ImportTree(*layers_, [&](const std::string& dir) {
       fs::create_directories(fs::path(dir + at).parent_path());
       fs::create_symlink(canary, dir + at);
     });
@@ -705,7 +715,7 @@ TEST_F(JailTest, ALayerCannotRedirectTheUsrMountPoints) {
        {std::pair{bin, "mount point is not a directory"}, std::pair{usr, "bind /usr directory"}}) {
     runtime::SandboxSpec spec;
     spec.id = NewSandboxId();
-    spec.layers = {layer};
+    spec.root.layers = {layer};
     auto refused = runtime_->Create(spec);
     if (refused) made_.push_back(spec.id);
     ASSERT_FALSE(refused) << "a layer with a symlinked /usr or /usr/bin was accepted";
@@ -746,7 +756,7 @@ TEST_F(JailTest, ANetworkNamespaceTheHostMadeIsJoinedAndCannotBeChanged) {
   made_.push_back(spec.id);
   auto client = p::BlockingClient::Connect((*sbx)->TakeAgentChannel());
   ASSERT_TRUE(client) << client.error().message();
-  Box box{spec.id, (*sbx)->info().init_pid};
+  Box box{spec.id, JailEngine::InitPidOf((*sbx)->info().engine_state)};
   box.client.emplace(std::move(*client));
 
   EXPECT_EQ(Run(box, "cat /etc/resolv.conf | head -1; ls /sys/class/net 2>/dev/null || "
@@ -771,11 +781,20 @@ TEST_F(JailTest, ANetworkNamespaceTheHostMadeIsJoinedAndCannotBeChanged) {
       << refused.error().message();
 }
 
-TEST_F(JailTest, CheckpointIsUnimplementedAndSaysSo) {
-  auto st = runtime_->Checkpoint("sbx-x", "/tmp");
-  ASSERT_FALSE(st);
-  EXPECT_EQ(st.error().code(), ErrorCode::kUnimplemented);
-  EXPECT_NE(st.error().message().find("jail"), std::string::npos);
+TEST_F(JailTest, ItsCapabilitiesAreWhatItDoes) {
+  const runtime::Capabilities& can = runtime_->capabilities();
+  EXPECT_TRUE(can.pause);
+  EXPECT_TRUE(can.live_limits);
+  EXPECT_TRUE(can.layer_snapshot);
+  EXPECT_TRUE(can.host_usr_root);
+  EXPECT_TRUE(can.networking);
+  EXPECT_EQ(can.max_layers, kMaxLayers);
+  EXPECT_FALSE(can.memory_checkpoint) << "the jail keeps no memory image";
+  EXPECT_FALSE(can.memory_fork);
+  // Its probe is a whole create and destroy, leaving nothing.
+  const size_t before = ListDir(*state_dir_ + "/jail").size();
+  ASSERT_TRUE(runtime_->Probe());
+  EXPECT_EQ(ListDir(*state_dir_ + "/jail").size(), before);
 }
 
 TEST_F(JailTest, DestroyLeavesNothingAndIsIdempotent) {
@@ -795,7 +814,7 @@ TEST_F(JailTest, DestroyLeavesNothingAndIsIdempotent) {
 
 TEST_F(JailTest, SetupFailureNamesTheStepAndLeavesNothing) {
   // A template without its /proc mount point.
-  std::string proc = runtime_->TemplateDir("base") + "/proc";
+  std::string proc = *state_dir_ + "/templates/base/proc";
   ASSERT_EQ(::rmdir(proc.c_str()), 0);
   runtime::SandboxSpec spec;
   spec.id = NewSandboxId();

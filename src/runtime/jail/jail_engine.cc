@@ -1,4 +1,4 @@
-#include "runtime/jail/jail_runtime.h"
+#include "runtime/jail/jail_engine.h"
 
 #include <fcntl.h>
 #include <linux/magic.h>
@@ -14,16 +14,20 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <thread>
 
 #include "common/elf.h"
 #include "common/ids.h"
+#include "common/log.h"
 #include "common/syscall.h"
+#include "protocol/client.h"
 #include "runtime/jail/contain.h"
 #include "runtime/jail/seccomp_policy.h"
 
@@ -189,7 +193,7 @@ Result<std::vector<std::string>> MirrorHostEntries(const std::string& host, cons
 
 }  // namespace
 
-Result<std::unique_ptr<JailRuntime>> JailRuntime::Open(JailOptions options) {
+Result<std::unique_ptr<JailEngine>> JailEngine::Open(JailOptions options) {
   if (::geteuid() != 0) {
     return Fail(ErrorCode::kFailedPrecondition, "the jail engine needs root (it maps uid ranges)");
   }
@@ -198,7 +202,10 @@ Result<std::unique_ptr<JailRuntime>> JailRuntime::Open(JailOptions options) {
   }
   auto layout = CgroupLayout::Detect(options.cgroup_root);
   if (!layout) return std::unexpected(layout.error().Wrap("jail engine: cgroups"));
-  std::unique_ptr<JailRuntime> rt(new JailRuntime(std::move(options), std::move(*layout)));
+  if (options.layers == nullptr) {
+    return Fail(ErrorCode::kInvalidArgument, "jail engine: no layer store");
+  }
+  std::unique_ptr<JailEngine> rt(new JailEngine(std::move(options), std::move(*layout)));
   // Sandbox roots own nothing on the host, so every directory on the way to their mount points
   // must be searchable by anyone (but need not be listable).
   if (auto st = MakeDir(rt->options_.state_dir, 0711); !st) return std::unexpected(st.error());
@@ -208,10 +215,12 @@ Result<std::unique_ptr<JailRuntime>> JailRuntime::Open(JailOptions options) {
     }
   }
   if (auto st = rt->PrepareTemplates(); !st) return std::unexpected(st.error());
+  if (rt->options_.base_usr_local) {
+    spdlog::warn("base_usr_local: sandboxes on base see the host's /usr/local (read-only)");
+  }
   auto interp = ElfNeedsInterpreter(rt->options_.agent_path);
   if (!interp) return std::unexpected(interp.error().Wrap("jail engine: the agent"));
   rt->agent_static_ = !*interp;
-  if (auto st = rt->layers_.Prepare(); !st) return std::unexpected(st.error());
   // The seccomp policy is compiled once and handed to every launcher, sealed.
   auto seccomp = SeccompProgram::Compile();
   if (!seccomp) return std::unexpected(seccomp.error());
@@ -229,39 +238,48 @@ Result<std::unique_ptr<JailRuntime>> JailRuntime::Open(JailOptions options) {
   return rt;
 }
 
-JailRuntime::~JailRuntime() {
+JailEngine::JailEngine(JailOptions options, CgroupLayout layout)
+    : options_(std::move(options)),
+      layout_(std::move(layout)),
+      uids_(options_.uid_first, options_.uid_slots) {
+  capabilities_.limits = true;        // cgroups
+  capabilities_.pause = true;         // the cgroup freezer
+  capabilities_.live_limits = true;   // cgroup limits written in place
+  capabilities_.layer_snapshot = true;
+  capabilities_.host_usr_root = true;
+  capabilities_.networking = true;    // the launcher joins the namespace before it clones
+  capabilities_.max_layers = kMaxLayers;
+  capabilities_.isolation =
+      "Linux namespaces, seccomp, cgroups and a uid range of its own (the host's kernel)";
+  capabilities_.agent_channel = "a unix socket in the sandbox's directory on the host";
+}
+
+JailEngine::~JailEngine() {
   // rmdir fails (EBUSY, ENOTEMPTY) while any sandbox cgroup is left, which is what we want.
   if (!layout_.v2_parent.empty()) ::rmdir(layout_.v2_parent.c_str());
   for (const auto& [controller, dir] : layout_.v1_parents) ::rmdir(dir.c_str());
 }
 
-std::string JailRuntime::SandboxDir(const std::string& id) const {
+std::string JailEngine::SandboxDir(const std::string& id) const {
   return options_.state_dir + "/jail/" + id;
 }
 
-std::string JailRuntime::StagingDir() const { return options_.state_dir + "/staging"; }
-
-std::string JailRuntime::TemplateDir(const std::string& name) const {
-  return options_.state_dir + "/templates/" + name;
+// The roots' lowest layers: templates/base (the host's /usr) and templates/rootfs.
+std::string JailEngine::TemplateDir(bool host_usr) const {
+  return options_.state_dir + (host_usr ? "/templates/base" : "/templates/rootfs");
 }
 
 // The base root's lowest layer: empty mount points, and /bin, /lib, ... as the host has them
 // (symlinks into /usr on a merged-/usr host; otherwise bound read-only at create); in /usr, the
 // same for kHostUsrDirs (a mount point, or the host's symlink, such as /usr/lib64 -> lib). The
 // rootfs root's: only the mount points, under an imported root file system that may lack them.
-Status JailRuntime::PrepareTemplates() {
-  std::string rootfs = TemplateDir(runtime::kRootfsRoot);
+Status JailEngine::PrepareTemplates() {
+  std::string rootfs = TemplateDir(/*host_usr=*/false);
   if (auto st = MakeDir(rootfs, 0755); !st) return st;
   for (const char* sub : {"proc", "dev", "tmp", "sys"}) {  // chown-free: mount points only
     if (auto st = MakeDir(rootfs + "/" + sub, 0755); !st) return st;
   }
-  // What interrupted imports left; 0700 like layers/ (the trees in it are a sandbox's ids).
-  std::error_code cleared;
-  fs::remove_all(StagingDir(), cleared);
-  if (cleared) return FailErrno("clearing " + StagingDir(), cleared.value());
-  if (auto st = MakeDir(StagingDir(), 0700); !st) return st;
-
-  std::string dir = TemplateDir(runtime::kBaseRoot);
+  std::string dir = TemplateDir(/*host_usr=*/true);
   if (auto st = MakeDir(dir, 0755); !st) return st;
   for (const char* sub : {"usr", "proc", "dev", "tmp", "sys", "run"}) {
     if (auto st = MakeDir(dir + "/" + sub, 0755); !st) return st;
@@ -276,31 +294,32 @@ Status JailRuntime::PrepareTemplates() {
   // Said now rather than by every create's failed bind.
   struct stat local;
   if (options_.base_usr_local && (::stat("/usr/local", &local) < 0 || !S_ISDIR(local.st_mode))) {
-    return Fail(ErrorCode::kFailedPrecondition,
+    return Fail(ErrorCode::kInvalidArgument,
                 "base_usr_local is set, but the host has no /usr/local directory");
   }
   return {};
 }
 
-Result<std::unique_ptr<runtime::Sandbox>> JailRuntime::Create(const SandboxSpec& spec) {
+Result<std::unique_ptr<runtime::Sandbox>> JailEngine::Create(const SandboxSpec& spec) {
   if (auto st = ValidateSandboxId(spec.id); !st) return std::unexpected(st.error());
-  if (!HasTemplate(spec.template_name)) {
-    return Fail(ErrorCode::kNotFound, "template '" + spec.template_name + "' does not exist");
+  const runtime::RootSpec& root = spec.root;
+  if (!root.host_usr && root.layers.empty()) {
+    return Fail(ErrorCode::kInvalidArgument,
+                "a root without the host's /usr needs the layer that holds its root file system");
   }
-  if (spec.template_name == runtime::kRootfsRoot && spec.layers.empty()) {
-    return Fail(ErrorCode::kInvalidArgument, "a rootfs sandbox needs the layer that holds its root");
-  }
-  if (spec.template_name == runtime::kRootfsRoot && !agent_static_) {
+  if (!root.host_usr && !agent_static_) {
     return Fail(ErrorCode::kUnimplemented,
                 "a sandbox on its own root file system needs a statically linked airlock-agent; "
                 "this one is dynamic (a sanitizer build?)");
   }
-  if (spec.layers.size() > kMaxLayers) {
+  if (root.layers.size() > kMaxLayers) {
     return Fail(ErrorCode::kInvalidArgument, "a sandbox stacks at most " +
                                                  std::to_string(kMaxLayers) + " layers");
   }
-  for (const std::string& layer : spec.layers) {
-    if (!layers_.Has(layer)) return Fail(ErrorCode::kNotFound, "layer " + layer + " does not exist");
+  for (const std::string& layer : root.layers) {
+    if (!options_.layers->Has(layer)) {
+      return Fail(ErrorCode::kNotFound, "layer " + layer + " does not exist");
+    }
   }
   {
     std::lock_guard lock(mu_);
@@ -359,7 +378,7 @@ Result<std::unique_ptr<runtime::Sandbox>> JailRuntime::Create(const SandboxSpec&
   // program.
   std::vector<std::string> args = {
       options_.launcher_path,         "--id", spec.id, "--sandbox-dir", dir, "--template-dir",
-      TemplateDir(spec.template_name)};
+      TemplateDir(root.host_usr)};
   args.insert(args.end(), {"--uid-base", std::to_string(*uid_base), "--agent", options_.agent_path,
                            "--channel-fd", "3", "--report-fd", "4", "--seccomp-fd", "5"});
   args.insert(args.end(),
@@ -370,14 +389,16 @@ Result<std::unique_ptr<runtime::Sandbox>> JailRuntime::Create(const SandboxSpec&
   if (!spec.netns.empty()) {
     args.insert(args.end(), {"--netns", spec.netns, "--nameserver", spec.nameserver});
   }
-  if (spec.template_name == runtime::kRootfsRoot) {
+  if (!root.host_usr) {
     args.push_back("--rootfs");
   } else {
     for (const auto& b : ro_binds_) args.insert(args.end(), {"--ro-bind", b});
     for (const auto& d : usr_dirs_) args.insert(args.end(), {"--usr-dir", d});
     if (options_.base_usr_local) args.push_back("--host-usr-local");
   }
-  for (const auto& layer : spec.layers) args.insert(args.end(), {"--layer", layers_.Path(layer)});
+  for (const auto& layer : root.layers) {
+    args.insert(args.end(), {"--layer", options_.layers->Path(layer)});
+  }
   // The agent reads its memory cgroup's OOM count from inside (ReadOomKillCount).
   if (layout_.version == CgroupVersion::kV2) {
     args.insert(args.end(), {"--cgroup-bind", cgroup.dirs().at(0) + "=/sys/fs/cgroup"});
@@ -419,29 +440,45 @@ Result<std::unique_ptr<runtime::Sandbox>> JailRuntime::Create(const SandboxSpec&
 
   auto channel = ConnectAgentSocket(dir);
   if (!channel) return fail(channel.error());
-  SandboxInfo info = Info(spec.id, init_pid, *uid_base, cgroup);
+  Live live{init_pid, *uid_base, cgroup};
+  SandboxInfo info = Info(spec.id, live);
   {
     std::lock_guard lock(mu_);
-    live_.emplace(spec.id, Live{init_pid, *uid_base, cgroup});
+    live_.emplace(spec.id, std::move(live));
   }
   return std::make_unique<JailSandbox>(std::move(info), std::move(*channel));
 }
 
-SandboxInfo JailRuntime::Info(const std::string& id, pid_t init_pid, uid_t uid_base,
-                              const SandboxCgroup& cgroup) const {
+SandboxInfo JailEngine::Info(const std::string& id, const Live& live) const {
   SandboxInfo info;
   info.id = id;
-  info.engine = "jail";
-  info.init_pid = init_pid;
-  info.resources["uid_base"] = std::to_string(uid_base);
-  info.resources["dir"] = SandboxDir(id);
-  for (size_t i = 0; i < cgroup.dirs().size(); ++i) {
-    info.resources["cgroup" + std::to_string(i)] = cgroup.dirs()[i];
-  }
+  info.state = live.paused ? runtime::SandboxState::kPaused : runtime::SandboxState::kRunning;
+  // What Adopt needs after a restart (the agent's host pid), and what an operator looking at a
+  // record wants to find (its directory, uid range and cgroups).
+  info.engine_state = nlohmann::json{{"init_pid", live.init_pid},
+                                     {"uid_base", live.uid_base},
+                                     {"dir", SandboxDir(id)},
+                                     {"cgroups", live.cgroup.dirs()}}
+                          .dump();
   return info;
 }
 
-Result<UniqueFd> JailRuntime::ConnectAgent(const std::string& id) {
+pid_t JailEngine::InitPidOf(const std::string& engine_state) {
+  auto doc = nlohmann::json::parse(engine_state, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object() || !doc.contains("init_pid") || !doc["init_pid"].is_number_integer()) {
+    return 0;
+  }
+  const int64_t pid = doc["init_pid"].get<int64_t>();
+  return pid > 0 && pid <= INT32_MAX ? static_cast<pid_t>(pid) : 0;
+}
+
+pid_t JailEngine::InitPid(const std::string& id) {
+  std::lock_guard lock(mu_);
+  auto it = live_.find(id);
+  return it == live_.end() ? 0 : it->second.init_pid;
+}
+
+Result<UniqueFd> JailEngine::ConnectAgent(const std::string& id) {
   {
     std::lock_guard lock(mu_);
     if (!live_.contains(id)) {
@@ -451,7 +488,9 @@ Result<UniqueFd> JailRuntime::ConnectAgent(const std::string& id) {
   return ConnectAgentSocket(SandboxDir(id));
 }
 
-Result<SandboxInfo> JailRuntime::Adopt(const std::string& id, pid_t init_pid, bool paused) {
+Result<SandboxInfo> JailEngine::Adopt(const std::string& id, const std::string& engine_state,
+                                      bool paused) {
+  const pid_t init_pid = InitPidOf(engine_state);
   if (auto st = ValidateSandboxId(id); !st) return std::unexpected(st.error());
   {
     std::lock_guard lock(mu_);
@@ -476,12 +515,14 @@ Result<SandboxInfo> JailRuntime::Adopt(const std::string& id, pid_t init_pid, bo
   }
   if (auto st = paused ? cgroup.Freeze() : cgroup.Thaw(); !st) return std::unexpected(st.error());
   uids_.MarkUsed(uid_base);
+  Live live{init_pid, uid_base, cgroup, paused};
+  SandboxInfo info = Info(id, live);
   std::lock_guard lock(mu_);
-  live_.emplace(id, Live{init_pid, uid_base, cgroup, paused});
-  return Info(id, init_pid, uid_base, cgroup);
+  live_.emplace(id, std::move(live));
+  return info;
 }
 
-Result<std::vector<std::string>> JailRuntime::ListSandboxes() {
+Result<std::vector<std::string>> JailEngine::ListSandboxes() {
   // The sandbox directories under this state dir, and only those: the cgroup parents are shared
   // by every engine on the host (other daemons, tests), so a cgroup alone proves nothing about
   // whose sandbox it is. A sandbox's directory exists whenever its cgroup does: Create claims
@@ -499,7 +540,7 @@ Result<std::vector<std::string>> JailRuntime::ListSandboxes() {
   return ids;
 }
 
-Status JailRuntime::TearDown(const std::string& id, pid_t init_pid, std::optional<uid_t> uid_base,
+Status JailEngine::TearDown(const std::string& id, pid_t init_pid, std::optional<uid_t> uid_base,
                              const SandboxCgroup& cgroup) {
   // Killing the cgroup kills every process of the sandbox; its mounts, which live only in its
   // mount namespace, go with the last of them.
@@ -516,7 +557,7 @@ Status JailRuntime::TearDown(const std::string& id, pid_t init_pid, std::optiona
   return {};
 }
 
-Status JailRuntime::Destroy(const std::string& id) {
+Status JailEngine::Destroy(const std::string& id) {
   if (auto st = ValidateSandboxId(id); !st) return st;
   std::optional<Live> live;
   {
@@ -536,7 +577,7 @@ Status JailRuntime::Destroy(const std::string& id) {
   return TearDown(id, 0, uid_base, SandboxCgroup::Open(layout_, id));
 }
 
-Status JailRuntime::UpdateLimits(const std::string& id, const runtime::Limits& limits) {
+Status JailEngine::UpdateLimits(const std::string& id, const runtime::Limits& limits) {
   std::lock_guard lock(mu_);
   auto it = live_.find(id);
   if (it == live_.end()) return Fail(ErrorCode::kNotFound, "sandbox " + id + " does not exist");
@@ -544,7 +585,7 @@ Status JailRuntime::UpdateLimits(const std::string& id, const runtime::Limits& l
   return WithContext(it->second.cgroup.SetLimits(cgroup_limits), "changing the limits of " + id);
 }
 
-Result<runtime::LayerSnapshot> JailRuntime::SnapshotLayer(const std::string& id) {
+Result<runtime::LayerSnapshot> JailEngine::SnapshotLayer(const std::string& id) {
   // Frozen while its layer is copied (a consistent tree); a sandbox paused before stays paused.
   // mu_ is not held during the copy (other sandboxes' calls go on); the caller keeps this
   // sandbox's pause, resume and destroy out of the way meanwhile (the open fd would keep its
@@ -584,31 +625,13 @@ Result<runtime::LayerSnapshot> JailRuntime::SnapshotLayer(const std::string& id)
     thaw();
     return FailErrno("opening the writable layer of " + id, err);
   }
-  auto imported = layers_.Import(upper.get(), uid_base);
+  auto imported = options_.layers->Import(upper.get(), uid_base);
   thaw();
   if (!imported) return std::unexpected(imported.error().Wrap("snapshotting " + id));
-  return runtime::LayerSnapshot{imported->digest, imported->files, imported->bytes,
-                                imported->existed};
+  return imported;
 }
 
-Result<runtime::LayerSnapshot> JailRuntime::ImportLayer(
-    const std::function<Status(const std::string& dir)>& fill) {
-  std::string dir = StagingDir() + "/import-XXXXXX";
-  if (::mkdtemp(dir.data()) == nullptr) return FailErrno("making a staging directory", errno);
-  auto imported = [&]() -> Result<LayerImport> {
-    if (auto st = fill(dir); !st) return std::unexpected(st.error());
-    auto src = OpenFile(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
-    if (!src) return std::unexpected(src.error());
-    return layers_.Import(src->get(), 0);
-  }();
-  std::error_code ec;
-  fs::remove_all(dir, ec);  // what this leaves, the next Open removes
-  if (!imported) return std::unexpected(imported.error().Wrap("importing a root file system"));
-  return runtime::LayerSnapshot{imported->digest, imported->files, imported->bytes,
-                                imported->existed};
-}
-
-Status JailRuntime::Pause(const std::string& id) {
+Status JailEngine::Pause(const std::string& id) {
   std::lock_guard lock(mu_);
   auto it = live_.find(id);
   if (it == live_.end()) return Fail(ErrorCode::kNotFound, "sandbox " + id + " does not exist");
@@ -617,7 +640,7 @@ Status JailRuntime::Pause(const std::string& id) {
   return {};
 }
 
-Status JailRuntime::Resume(const std::string& id) {
+Status JailEngine::Resume(const std::string& id) {
   std::lock_guard lock(mu_);
   auto it = live_.find(id);
   if (it == live_.end()) return Fail(ErrorCode::kNotFound, "sandbox " + id + " does not exist");
@@ -626,15 +649,74 @@ Status JailRuntime::Resume(const std::string& id) {
   return {};
 }
 
-Status JailRuntime::Checkpoint(const std::string&, const std::string&) {
-  return Fail(ErrorCode::kUnimplemented,
-              "the jail engine cannot checkpoint a sandbox (use the gvisor engine)");
+Status JailEngine::Probe() {
+  // A whole create: launcher, namespaces, cgroups, seccomp, the agent's hello; then a destroy.
+  runtime::SandboxSpec spec;
+  spec.id = NewSandboxId();
+  spec.limits.memory_mb = 64;
+  spec.limits.pids_max = 16;
+  spec.limits.disk_mb = 16;
+  spec.limits.tmp_mb = 16;
+  auto sandbox = Create(spec);
+  if (!sandbox) return std::unexpected(sandbox.error());
+  auto client = protocol::BlockingClient::Connect((*sandbox)->TakeAgentChannel(), "airlock-probe");
+  Status destroyed = Destroy(spec.id);
+  if (!client) return std::unexpected(client.error().Wrap("greeting the probe's agent"));
+  return destroyed;
 }
 
-Result<std::unique_ptr<runtime::Sandbox>> JailRuntime::Restore(const SandboxSpec&,
-                                                               const std::string&) {
-  return Fail(ErrorCode::kUnimplemented,
-              "the jail engine cannot restore a sandbox (use the gvisor engine)");
+Result<std::unique_ptr<runtime::Engine>> MakeEngine(
+    const runtime::EngineContext& context, const std::map<std::string, std::string>& options) {
+  JailOptions o;
+  o.state_dir = context.state_dir;
+  o.agent_path = context.agent_path;
+  o.layers = context.layers;
+  // airlock-jail beside airlockd (an installed daemon), else beside the agent.
+  std::error_code canonical_ec;
+  for (const fs::path& dir : {fs::canonical("/proc/self/exe", canonical_ec).parent_path(),
+                              fs::path(context.agent_path).parent_path()}) {
+    if (!dir.empty() && ::access((dir / "airlock-jail").c_str(), X_OK) == 0) {
+      o.launcher_path = dir / "airlock-jail";
+      break;
+    }
+  }
+  auto bad = [](const std::string& key, const std::string& why) {
+    return Fail(ErrorCode::kInvalidArgument, key + ": " + why);
+  };
+  for (const auto& [key, value] : options) {
+    if (key == "launcher") {
+      if (!value.starts_with('/')) return bad(key, "must be an absolute path");
+      o.launcher_path = value;
+    } else if (key == "cgroup_root") {
+      if (!value.starts_with('/')) return bad(key, "must be an absolute path");
+      o.cgroup_root = value;
+    } else if (key == "base_usr_local") {
+      if (value != "true" && value != "false") return bad(key, "must be true or false");
+      o.base_usr_local = value == "true";
+    } else if (key == "uid_first" || key == "uid_slots") {
+      uint64_t n = 0;
+      auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+      if (ec != std::errc() || end != value.data() + value.size() || n == 0 || n > (1u << 31)) {
+        return bad(key, "must be a number from 1 to 2^31");
+      }
+      if (key == "uid_first") {
+        o.uid_first = static_cast<uid_t>(n);
+      } else {
+        o.uid_slots = static_cast<uint32_t>(n);
+      }
+    } else {
+      return bad(key, "the jail engine has no such option (launcher, cgroup_root, "
+                      "base_usr_local, uid_first, uid_slots)");
+    }
+  }
+  if (o.launcher_path.empty()) {
+    return Fail(ErrorCode::kFailedPrecondition,
+                "airlock-jail is neither beside airlockd nor beside the agent (set [engine.jail] "
+                "launcher)");
+  }
+  auto engine = JailEngine::Open(std::move(o));
+  if (!engine) return std::unexpected(engine.error());
+  return std::unique_ptr<runtime::Engine>(std::move(*engine));
 }
 
 }  // namespace airlock::jail

@@ -11,17 +11,19 @@
 #include <string>
 
 #include "common/unique_fd.h"
+#include "runtime/engine.h"
 #include "runtime/jail/cgroups.h"
-#include "runtime/jail/layers.h"
 #include "runtime/jail/uid_allocator.h"
-#include "runtime/runtime.h"
+#include "runtime/layer_store.h"
+#include "runtime/registry.h"
 
 namespace airlock::jail {
 
 struct JailOptions {
-  std::string state_dir;  // holds jail/<id>/ per sandbox, templates/{base,rootfs}/, layers/, staging/
+  std::string state_dir;  // holds jail/<id>/ per sandbox and templates/{base,rootfs}/
   std::string launcher_path;  // airlock-jail
   std::string agent_path;     // airlock-agent (static)
+  const runtime::LayerStore* layers = nullptr;  // the shared layer store
   uid_t uid_first = 1u << 30;
   uint32_t uid_slots = 16384;
   std::string cgroup_root = "/sys/fs/cgroup";
@@ -30,43 +32,45 @@ struct JailOptions {
   bool base_usr_local = false;
 };
 
-class JailRuntime : public runtime::Runtime {
+// The registry's factory: options (airlockd.toml [engine.jail]) launcher, uid_first, uid_slots,
+// cgroup_root, base_usr_local ("true"/"false"); a launcher not given is airlock-jail beside the
+// agent. kInvalidArgument for an option it does not know or a bad value.
+[[nodiscard]] Result<std::unique_ptr<runtime::Engine>> MakeEngine(
+    const runtime::EngineContext& context, const std::map<std::string, std::string>& options);
+
+class JailEngine : public runtime::Engine {
  public:
-  // Detects the cgroup layout and prepares the base template. Needs root.
-  [[nodiscard]] static Result<std::unique_ptr<JailRuntime>> Open(JailOptions options);
+  // Detects the cgroup layout and prepares the roots. Needs root.
+  [[nodiscard]] static Result<std::unique_ptr<JailEngine>> Open(JailOptions options);
   // Leaves live sandboxes alone (they can be destroyed by id later); removes the cgroup parent
   // directories if no sandbox is left in them.
-  ~JailRuntime() override;
+  ~JailEngine() override;
 
   std::string_view name() const override { return "jail"; }
-  bool HasTemplate(const std::string& template_name) const override {
-    return template_name == runtime::kBaseRoot || template_name == runtime::kRootfsRoot;
-  }
+  const runtime::Capabilities& capabilities() const override { return capabilities_; }
+  Status Probe() override;
   Result<std::unique_ptr<runtime::Sandbox>> Create(const runtime::SandboxSpec& spec) override;
   Status Destroy(const std::string& id) override;
   Result<UniqueFd> ConnectAgent(const std::string& id) override;
-  Result<runtime::SandboxInfo> Adopt(const std::string& id, pid_t init_pid, bool paused) override;
+  // engine_state: {"init_pid": N, "uid_base": N, "cgroups": [...]} as Create returned it.
+  Result<runtime::SandboxInfo> Adopt(const std::string& id, const std::string& engine_state,
+                                     bool paused) override;
   Result<std::vector<std::string>> ListSandboxes() override;
   Status UpdateLimits(const std::string& id, const runtime::Limits& limits) override;
-  bool HasLayer(const std::string& digest) const override { return layers_.Has(digest); }
   Result<runtime::LayerSnapshot> SnapshotLayer(const std::string& id) override;
-  Result<runtime::LayerSnapshot> ImportLayer(
-      const std::function<Status(const std::string& dir)>& fill) override;
-  Status RemoveLayer(const std::string& digest) override { return layers_.Remove(digest); }
-  Result<std::vector<std::string>> ListLayers() override { return layers_.List(); }
   Status Pause(const std::string& id) override;
   Status Resume(const std::string& id) override;
-  Status Checkpoint(const std::string& id, const std::string& dir) override;
-  Result<std::unique_ptr<runtime::Sandbox>> Restore(const runtime::SandboxSpec& spec,
-                                                    const std::string& dir) override;
 
   const CgroupLayout& cgroup_layout() const { return layout_; }
   // Whether the agent is statically linked (a sanitizer build's is not), which a sandbox on its
   // own root file system needs: no host /usr holds its interpreter there.
   bool agent_is_static() const { return agent_static_; }
   std::string SandboxDir(const std::string& id) const;
-  std::string TemplateDir(const std::string& name) const;
-  std::string StagingDir() const;  // where ImportLayer's trees are written
+  // The host pid of a live sandbox's agent (its PID 1), 0 if it is not held here: for the
+  // posture checks of tests and tools.
+  pid_t InitPid(const std::string& id);
+  // The same, read from the engine_state Create or Adopt returned.
+  static pid_t InitPidOf(const std::string& engine_state);
 
  private:
   struct Live {
@@ -76,15 +80,11 @@ class JailRuntime : public runtime::Runtime {
     bool paused = false;
   };
 
-  JailRuntime(JailOptions options, CgroupLayout layout)
-      : options_(std::move(options)),
-        layout_(std::move(layout)),
-        uids_(options_.uid_first, options_.uid_slots),
-        layers_(options_.state_dir + "/layers") {}
-  // The roots' lowest layers (templates/base, templates/rootfs) and an empty staging/.
+  JailEngine(JailOptions options, CgroupLayout layout);
+  std::string TemplateDir(bool host_usr) const;
+  // The roots' lowest layers (templates/base, templates/rootfs).
   Status PrepareTemplates();
-  runtime::SandboxInfo Info(const std::string& id, pid_t init_pid, uid_t uid_base,
-                            const SandboxCgroup& cgroup) const;
+  runtime::SandboxInfo Info(const std::string& id, const Live& live) const;
   // Undoes a create or destroys a sandbox: kills, reaps, removes, releases. Never fails on
   // what is already gone.
   Status TearDown(const std::string& id, pid_t init_pid, std::optional<uid_t> uid_base,
@@ -93,7 +93,7 @@ class JailRuntime : public runtime::Runtime {
   JailOptions options_;
   CgroupLayout layout_;
   UidAllocator uids_;
-  LayerStore layers_;
+  runtime::Capabilities capabilities_;
   std::vector<std::string> ro_binds_;  // host top-level dirs that are not symlinks into /usr
   std::vector<std::string> usr_dirs_;  // of kHostUsrDirs, those the host has as directories
   UniqueFd seccomp_bpf_;               // the policy, compiled once: a sealed memfd

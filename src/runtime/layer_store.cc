@@ -1,4 +1,4 @@
-#include "runtime/jail/layers.h"
+#include "runtime/layer_store.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -17,7 +17,7 @@
 #include "common/sha256.h"
 #include "common/syscall.h"
 
-namespace airlock::jail {
+namespace airlock::runtime {
 namespace {
 
 namespace fs = std::filesystem;
@@ -283,8 +283,17 @@ Status ValidateLayerDigest(std::string_view digest) {
 }
 
 Status LayerStore::Prepare() const {
+  std::error_code made;
+  fs::create_directories(fs::path(root_).parent_path(), made);
+  if (made) return FailErrno("making the parent of " + root_, made.value());
   if (::mkdir(root_.c_str(), 0700) < 0 && errno != EEXIST) return FailErrno("mkdir " + root_, errno);
   if (::chmod(root_.c_str(), 0700) < 0) return FailErrno("chmod " + root_, errno);
+  // What interrupted imports left in staging; 0700 like the layers (its trees are a sandbox's
+  // ids).
+  std::error_code cleared;
+  fs::remove_all(staging_, cleared);
+  if (cleared) return FailErrno("clearing " + staging_, cleared.value());
+  if (::mkdir(staging_.c_str(), 0700) < 0) return FailErrno("mkdir " + staging_, errno);
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(root_, ec)) {
     if (entry.path().filename().string().starts_with(kTmpPrefix)) {
@@ -302,7 +311,7 @@ bool LayerStore::Has(std::string_view digest) const {
   return ::stat(Path(digest).c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-Result<LayerImport> LayerStore::Import(int src, uid_t id_base) const {
+Result<LayerSnapshot> LayerStore::Import(int src, uid_t id_base) const {
   const std::string tmp = root_ + "/" + std::string(kTmpPrefix) + RandomSuffix();
   if (::mkdir(tmp.c_str(), 0700) < 0) return FailErrno("mkdir " + tmp, errno);
   auto cleanup = [&] {
@@ -324,7 +333,7 @@ Result<LayerImport> LayerStore::Import(int src, uid_t id_base) const {
   }
   Sha256 manifest;
   manifest.Update(copier.Manifest());
-  LayerImport result{manifest.Hex(), copier.files(), copier.bytes(), false};
+  LayerSnapshot result{manifest.Hex(), copier.files(), copier.bytes(), false};
   // Content addressed: the same tree is the same layer, and the first copy stays.
   if (::rename(tmp.c_str(), Path(result.digest).c_str()) < 0) {
     int err = errno;
@@ -336,6 +345,22 @@ Result<LayerImport> LayerStore::Import(int src, uid_t id_base) const {
     return FailErrno("storing layer " + result.digest, err);
   }
   return result;
+}
+
+Result<LayerSnapshot> LayerStore::ImportTree(
+    const std::function<Status(const std::string& dir)>& fill) const {
+  std::string dir = staging_ + "/import-XXXXXX";
+  if (::mkdtemp(dir.data()) == nullptr) return FailErrno("making a staging directory", errno);
+  auto imported = [&]() -> Result<LayerSnapshot> {
+    if (auto st = fill(dir); !st) return std::unexpected(st.error());
+    UniqueFd src(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!src) return FailErrno("opening " + dir, errno);
+    return Import(src.get(), 0);
+  }();
+  std::error_code ec;
+  fs::remove_all(dir, ec);  // what this leaves, the next Prepare removes
+  if (!imported) return std::unexpected(imported.error().Wrap("importing a root file system"));
+  return imported;
 }
 
 Status LayerStore::Remove(std::string_view digest) const {
@@ -364,4 +389,4 @@ Result<std::vector<std::string>> LayerStore::List() const {
   return out;
 }
 
-}  // namespace airlock::jail
+}  // namespace airlock::runtime

@@ -1,0 +1,148 @@
+#pragma once
+// The engine interface: every isolation engine (the jail; gVisor and microVMs next) sits behind
+// it, and the daemon never includes an engine's internals (docs/design/engines.md). Engines are
+// built and probed by the registry (runtime/registry.h); each says what it can do in its
+// Capabilities, and the daemon checks them before it asks, so an engine is never asked for
+// something it lacks. An engine that is asked anyway answers Lacks(...) too.
+//
+// What an engine gets is engine-neutral (SandboxSpec: a root made of layers from the shared
+// layer store, limits, a network namespace, the guest contract of runtime/guest.h). What it
+// keeps about a live sandbox beyond its id is its own: an opaque state string it returns at
+// create and adopt, which the daemon stores with the sandbox's record and gives back at adopt.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+#include "common/unique_fd.h"
+
+namespace airlock::runtime {
+
+struct Limits {
+  double cpus = 1.0;         // CPU quota in cores (fractions allowed)
+  uint64_t memory_mb = 512;  // memory cap; no swap
+  uint64_t pids_max = 256;   // processes and threads
+  uint64_t disk_mb = 1024;   // the sandbox's writable layer
+  uint64_t tmp_mb = 256;     // /tmp
+  uint64_t nofile = 4096;    // RLIMIT_NOFILE
+};
+
+// A sandbox's root file system, bottom to top: the host's /usr (read-only; only engines with
+// Capabilities::host_usr_root) or nothing of the host's, then read-only layers from the shared
+// layer store (runtime/layer_store.h), then the sandbox's writable layer. Without the host's
+// /usr the bottom layer is a whole root file system (a Debian suite's, an OCI image's).
+struct RootSpec {
+  bool host_usr = true;
+  std::vector<std::string> layers;  // digests, topmost first
+  bool operator==(const RootSpec&) const = default;
+};
+
+// What a sandbox is made of. Validated once at the API edge; engines may assume it is valid.
+struct SandboxSpec {
+  std::string id;  // ValidateSandboxId holds
+  RootSpec root;
+  Limits limits;
+  std::vector<std::string> env;  // KEY=VALUE for every command
+  std::string user = "user";     // who commands run as by default (runtime/guest.h)
+  // A network namespace the host made for it (a path; "": loopback only), and the DNS server
+  // its resolv.conf names.
+  std::string netns;
+  std::string nameserver;
+};
+
+// What an engine can do on this host, as its probe found it. The daemon refuses a request that
+// needs what the engine lacks (409, naming the engine and the capability) before it changes
+// anything; the conformance suite (tests/engine/) checks that what is claimed works.
+struct Capabilities {
+  bool limits = false;          // cpus, memory_mb and pids_max hold from the create on
+  bool pause = false;           // Pause/Resume: frozen in place, memory kept
+  bool live_limits = false;     // UpdateLimits (cpus, memory, pids) on a running sandbox
+  bool layer_snapshot = false;  // SnapshotLayer: snapshots, forks of the file system, builds
+  bool memory_checkpoint = false;  // a sandbox saved with its memory and restored later
+  bool memory_fork = false;        // a running sandbox copied with its memory
+  bool host_usr_root = false;      // RootSpec::host_usr
+  bool networking = false;         // joins SandboxSpec::netns
+  uint32_t max_layers = 0;         // RootSpec::layers at most
+  std::string isolation;           // what stands between the sandbox and the host, in words
+  std::string agent_channel;       // how the daemon reaches the agent (runtime/guest.h)
+};
+
+enum class SandboxState { kRunning, kPaused };
+
+// A live sandbox as its engine reports it.
+struct SandboxInfo {
+  std::string id;
+  SandboxState state = SandboxState::kRunning;
+  // The engine's own record of the sandbox (a JSON object by convention, never read by the
+  // daemon): stored with the sandbox's record, given back to Adopt after a restart.
+  std::string engine_state;
+};
+
+// A sandbox's writable layer frozen into a read-only, content-addressed layer.
+struct LayerSnapshot {
+  std::string digest;  // 64 hex digits (SHA-256 of the layer's manifest)
+  uint64_t files = 0;
+  uint64_t bytes = 0;
+  bool existed = false;  // an identical layer was already stored
+};
+
+class Sandbox {
+ public:
+  virtual ~Sandbox() = default;
+  virtual const SandboxInfo& info() const = 0;
+  // A channel to the sandbox's agent, connected during the create; taken once (the caller owns
+  // it after). More channels come from Engine::ConnectAgent.
+  virtual UniqueFd TakeAgentChannel() = 0;
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  // "jail", "gvisor", ...: the name records, requests and the config use.
+  virtual std::string_view name() const = 0;
+  // What it can do here; fixed once the registry has built it.
+  virtual const Capabilities& capabilities() const = 0;
+  // A real pre-flight: makes a small sandbox, speaks to its agent, destroys it. The registry
+  // runs it once at start; an engine that fails it is listed unavailable with this error.
+  [[nodiscard]] virtual Status Probe() = 0;
+
+  // Creates and starts a sandbox; on return its agent is running and the channel is connected.
+  // On failure nothing it made is left behind.
+  [[nodiscard]] virtual Result<std::unique_ptr<Sandbox>> Create(const SandboxSpec& spec) = 0;
+  // Kills everything in the sandbox and releases everything it held. Idempotent: destroying a
+  // sandbox that is already gone (or half made, after a crash) succeeds; found by id alone.
+  [[nodiscard]] virtual Status Destroy(const std::string& id) = 0;
+  // A new channel to a live sandbox's agent; the agent serves any number at once (the daemon
+  // uses one per command in flight). kNotFound when the sandbox is not held by this engine.
+  [[nodiscard]] virtual Result<UniqueFd> ConnectAgent(const std::string& id) = 0;
+  // Takes over a sandbox that a previous run of the daemon created and left alive, from the
+  // engine_state its create (or last adopt) returned: checks that it is alive and is that
+  // sandbox, re-acquires what it holds, and makes it paused or not as `paused` says. On failure
+  // nothing is changed (the caller destroys the sandbox by id).
+  [[nodiscard]] virtual Result<SandboxInfo> Adopt(const std::string& id,
+                                                  const std::string& engine_state,
+                                                  bool paused) = 0;
+  // The ids of every sandbox, live or half made, that this engine instance owns (under its
+  // state dir; never another instance's); for recovery, which destroys the ones no record
+  // claims.
+  [[nodiscard]] virtual Result<std::vector<std::string>> ListSandboxes() = 0;
+  // Capabilities::live_limits. Changes cpus, memory_mb and pids_max only (disk_mb, tmp_mb and
+  // nofile are fixed at create). kNotFound when the sandbox is not held here.
+  [[nodiscard]] virtual Status UpdateLimits(const std::string& id, const Limits& limits) = 0;
+  // Capabilities::layer_snapshot. Copies what a live sandbox wrote (its writable layer, not
+  // /tmp) into a layer of the shared layer store, the sandbox frozen meanwhile.
+  [[nodiscard]] virtual Result<LayerSnapshot> SnapshotLayer(const std::string& id) = 0;
+  // Capabilities::pause.
+  [[nodiscard]] virtual Status Pause(const std::string& id) = 0;
+  [[nodiscard]] virtual Status Resume(const std::string& id) = 0;
+};
+
+// The answer to a request `engine` cannot serve for lack of `capability` (a Capabilities field
+// name; `what`: the request, "pause a sandbox"): kFailedPrecondition (409), naming both. The
+// daemon's answer before it asks, and an engine's when asked anyway.
+Error Lacks(std::string_view engine, std::string_view capability, std::string_view what);
+
+}  // namespace airlock::runtime

@@ -1,0 +1,135 @@
+// Engines through a real airlockd (docs/design/engines.md): GET /v1/engines, a create's engine
+// (named, from its template, the default; unknown and unavailable ones refused, never a silent
+// downgrade), an engine turned off in the config, and configuration errors that stop the start.
+
+#include "support/airlockd.h"
+
+namespace {
+
+using namespace airlock::testing;
+
+class EnginesTest : public DaemonTest {};
+
+json EngineNamed(const json& list, const std::string& name) {
+  for (const json& e : list["engines"]) {
+    if (e.value("name", "") == name) return e;
+  }
+  return json();
+}
+
+TEST_F(EnginesTest, TheEnginesAreListedWithWhatTheyCanDo) {
+  Reply r = daemon_->Call(http::verb::get, "/v1/engines");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json doc = r.Json();
+  EXPECT_EQ(doc["default"], "jail");
+  const json jail = EngineNamed(doc, "jail");
+  ASSERT_TRUE(jail.is_object()) << r.body;
+  EXPECT_TRUE(jail["available"].get<bool>()) << r.body;
+  EXPECT_TRUE(jail["default"].get<bool>());
+  EXPECT_FALSE(jail["description"].get<std::string>().empty());
+  const json& can = jail["capabilities"];
+  for (const char* yes : {"limits", "pause", "live_limits", "layer_snapshot", "host_usr_root",
+                          "networking"}) {
+    EXPECT_TRUE(can.value(yes, false)) << yes << " in " << r.body;
+  }
+  EXPECT_FALSE(can.value("memory_checkpoint", true));
+  EXPECT_EQ(can.value("max_layers", 0), 64);
+  // Any key may read it; only GET is served; no query or body.
+  EXPECT_EQ(daemon_->Call(http::verb::post, "/v1/engines", "{}").status, 405);
+  EXPECT_EQ(daemon_->Call(http::verb::get, "/v1/engines?x=1").status, 400);
+  EXPECT_EQ(daemon_->Call(http::verb::get, "/v1/engines/jail").status, 404);
+  EXPECT_EQ(Http(daemon_->port(), http::verb::get, "/v1/engines", "", "Bearer wrong").status, 401);
+}
+
+TEST_F(EnginesTest, ACreateGetsTheEngineItNamesAndNoOther) {
+  Reply named = daemon_->Call(http::verb::post, "/v1/sandboxes", R"({"engine": "jail"})");
+  ASSERT_EQ(named.status, 201) << named.body;
+  EXPECT_EQ(named.Json()["engine"], "jail");
+  const std::string id = named.Json()["id"];
+  EXPECT_EQ(Run(id, "echo on the jail"), "on the jail\n");
+  Reply got = daemon_->Call(http::verb::get, "/v1/sandboxes/" + id);
+  EXPECT_EQ(got.Json()["engine"], "jail") << "the record keeps it";
+  // None named: the default.
+  Reply plain = daemon_->Call(http::verb::post, "/v1/sandboxes", "{}");
+  ASSERT_EQ(plain.status, 201) << plain.body;
+  EXPECT_EQ(plain.Json()["engine"], "jail");
+
+  // An engine that does not exist: 400 listing those there are; no record, no sandbox.
+  const size_t before = Listed().size();
+  Reply unknown = daemon_->Call(http::verb::post, "/v1/sandboxes", R"({"engine": "gvisor2"})");
+  EXPECT_EQ(unknown.status, 400) << unknown.body;
+  EXPECT_NE(unknown.body.find("no engine is called 'gvisor2' (there are: jail)"), std::string::npos)
+      << unknown.body;
+  Reply malformed = daemon_->Call(http::verb::post, "/v1/sandboxes", R"({"engine": "../x"})");
+  EXPECT_EQ(malformed.status, 400) << malformed.body;
+  EXPECT_EQ(Listed().size(), before);
+
+  // A template built on an engine keeps it for its sandboxes.
+  Reply built = daemon_->Call(http::verb::post, "/v1/templates",
+                              R"({"name": "on-jail", "engine": "jail",
+                                  "steps": [{"run": "echo built > /home/user/mark",
+                                             "user": "user"}]})");
+  ASSERT_EQ(built.status, 201) << built.body;
+  EXPECT_EQ(built.Json()["engine"], "jail") << built.body;
+  Reply from = daemon_->Call(http::verb::post, "/v1/sandboxes", R"({"template": "on-jail"})");
+  ASSERT_EQ(from.status, 201) << from.body;
+  EXPECT_EQ(from.Json()["engine"], "jail");
+  EXPECT_EQ(Run(from.Json()["id"], "cat /home/user/mark"), "built\n");
+}
+
+class EngineTurnedOffTest : public DaemonTest {
+ protected:
+  std::vector<std::string> DaemonArgs() const override {
+    return {"--engine.jail.enabled", "false"};
+  }
+};
+
+TEST_F(EngineTurnedOffTest, TheDaemonStartsAndSaysWhyNothingCanBeMade) {
+  Reply list = daemon_->Call(http::verb::get, "/v1/engines");
+  ASSERT_EQ(list.status, 200) << list.body;
+  const json jail = EngineNamed(list.Json(), "jail");
+  EXPECT_FALSE(jail["available"].get<bool>()) << list.body;
+  EXPECT_FALSE(jail["enabled"].get<bool>());
+  EXPECT_NE(jail.value("reason", "").find("turned off"), std::string::npos) << list.body;
+  EXPECT_FALSE(jail.contains("capabilities"));
+  Reply refused = daemon_->Call(http::verb::post, "/v1/sandboxes", "{}");
+  EXPECT_EQ(refused.status, 409) << refused.body;
+  EXPECT_NE(refused.body.find("the jail engine is unavailable on this host: turned off"),
+            std::string::npos)
+      << refused.body;
+  EXPECT_TRUE(Listed().empty()) << "a refused create left a record";
+  // The rest of the API is served.
+  EXPECT_EQ(daemon_->Call(http::verb::get, "/v1/templates").status, 200);
+}
+
+// A configuration the registry cannot serve stops the daemon with status 2, naming it.
+TEST(EngineConfigTest, BadEngineConfigurationStopsTheStart) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root: the daemon's engines do";
+  char tmpl[] = "/tmp/airlockd-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  struct Remove {
+    std::string dir;
+    ~Remove() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } remove{dir};
+  const std::pair<std::vector<std::string>, const char*> cases[] = {
+      {{"--engine.nope.x", "1"}, "[engine.nope]: this airlockd has no engine called nope"},
+      {{"--engine.jail.colour", "blue"}, "[engine.jail]: colour: the jail engine has no such option"},
+      {{"--engine.jail.uid-first", "0"}, "uid_first: must be a number"},
+      {{"--default-engine", "firecracker"}, "default_engine: this airlockd has no engine called"},
+  };
+  for (const auto& [args, message] : cases) {
+    std::vector<std::string> argv = {AIRLOCKD_PATH,  "--listen",   "127.0.0.1:0",
+                                     "--state-dir",  dir + "/s",   "--agent",
+                                     AIRLOCK_AGENT_PATH, "--launcher", AIRLOCK_JAIL_LAUNCHER_PATH};
+    argv.insert(argv.end(), args.begin(), args.end());
+    ProcessResult r = RunProcess(argv, {});
+    EXPECT_EQ(r.exit_code(), 2) << args[0] << ": " << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args[0] << ": " << r.err;
+  }
+}
+
+}  // namespace

@@ -1,0 +1,253 @@
+#include "support/fake_engine.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "common/ids.h"
+#include "protocol/client.h"
+
+extern char** environ;
+
+namespace airlock::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+class FakeSandbox : public runtime::Sandbox {
+ public:
+  FakeSandbox(runtime::SandboxInfo info, UniqueFd channel)
+      : info_(std::move(info)), channel_(std::move(channel)) {}
+  const runtime::SandboxInfo& info() const override { return info_; }
+  UniqueFd TakeAgentChannel() override { return std::move(channel_); }
+
+ private:
+  runtime::SandboxInfo info_;
+  UniqueFd channel_;
+};
+
+Result<UniqueFd> Connect(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path) return Fail(ErrorCode::kInternal, "socket path too long");
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return FailErrno("socket", errno);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) < 0) {
+    return Fail(ErrorCode::kUnavailable, "connecting to " + path + ": " + std::strerror(errno));
+  }
+  return fd;
+}
+
+// Whether `pid` is an agent serving the sandbox directory `dir`.
+bool IsAgentOf(pid_t pid, const std::string& dir) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
+  std::string cmdline((std::istreambuf_iterator<char>(in)), {});
+  return !cmdline.empty() && cmdline.find(dir + "/agent.sock") != std::string::npos;
+}
+
+pid_t PidOf(const std::string& engine_state) {
+  auto doc = nlohmann::json::parse(engine_state, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object() || !doc.contains("pid") || !doc["pid"].is_number_integer()) return 0;
+  return static_cast<pid_t>(doc["pid"].get<int64_t>());
+}
+
+// SIGTERM (the agent ends its commands' process trees), then SIGKILL; reaped if ours.
+void Stop(pid_t pid) {
+  if (pid <= 0 || ::kill(pid, SIGTERM) != 0) return;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (std::chrono::steady_clock::now() < deadline) {
+    pid_t r = ::waitpid(pid, nullptr, WNOHANG);
+    if (r == pid || (r < 0 && errno == ECHILD && ::kill(pid, 0) != 0)) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+}
+
+}  // namespace
+
+FakeEngine::FakeEngine(std::string state_dir, std::string agent_path,
+                       const runtime::LayerStore* layers, std::string name)
+    : state_dir_(std::move(state_dir) + "/" + name),
+      agent_path_(std::move(agent_path)),
+      name_(std::move(name)),
+      layers_(layers) {
+  capabilities_.layer_snapshot = true;
+  capabilities_.host_usr_root = true;  // its commands see the host's /usr: all of the host
+  capabilities_.max_layers = 8;
+  capabilities_.isolation = "none: a process of the test (FakeEngine, tests only)";
+  capabilities_.agent_channel = "a unix socket in the sandbox's directory";
+  std::error_code ec;
+  fs::create_directories(state_dir_, ec);
+}
+
+std::string FakeEngine::SandboxDir(const std::string& id) const { return state_dir_ + "/" + id; }
+
+pid_t FakeEngine::AgentPid(const std::string& id) {
+  std::lock_guard lock(mu_);
+  auto it = live_.find(id);
+  return it == live_.end() ? 0 : it->second;
+}
+
+Status FakeEngine::Probe() {
+  runtime::SandboxSpec spec;
+  spec.id = NewSandboxId();
+  auto sandbox = Create(spec);
+  if (!sandbox) return std::unexpected(sandbox.error());
+  auto client = protocol::BlockingClient::Connect((*sandbox)->TakeAgentChannel(), "fake-probe");
+  Status destroyed = Destroy(spec.id);
+  if (!client) return std::unexpected(client.error());
+  return destroyed;
+}
+
+Result<std::unique_ptr<runtime::Sandbox>> FakeEngine::Create(const runtime::SandboxSpec& spec) {
+  if (auto st = ValidateSandboxId(spec.id); !st) return std::unexpected(st.error());
+  if (spec.root.layers.size() > capabilities_.max_layers) {
+    return Fail(ErrorCode::kInvalidArgument, "too many layers");
+  }
+  if (!spec.netns.empty()) return std::unexpected(runtime::Lacks(name_, "networking", "join a network"));
+  const std::string dir = SandboxDir(spec.id);
+  if (::mkdir(dir.c_str(), 0755) < 0) {
+    if (errno == EEXIST) return Fail(ErrorCode::kAlreadyExists, "sandbox " + spec.id + " exists");
+    return FailErrno("creating " + dir, errno);
+  }
+  auto fail = [&](Error e) -> Result<std::unique_ptr<runtime::Sandbox>> {
+    (void)Destroy(spec.id);
+    return std::unexpected(std::move(e).Wrap("creating " + spec.id));
+  };
+  std::error_code ec;
+  fs::create_directories(dir + "/root/home/user", ec);
+  fs::create_directories(dir + "/root/tmp", ec);
+  if (ec) return fail(Error(ErrorCode::kInternal, "making its root: " + ec.message()));
+  // The layers, bottom first, copied into its root: a root "over" them, as far as its files go.
+  for (auto it = spec.root.layers.rbegin(); it != spec.root.layers.rend(); ++it) {
+    if (!layers_->Has(*it)) return fail(Error(ErrorCode::kNotFound, "layer " + *it + " does not exist"));
+    fs::copy(layers_->Path(*it), dir + "/root",
+             fs::copy_options::recursive | fs::copy_options::overwrite_existing, ec);
+    if (ec) return fail(Error(ErrorCode::kInternal, "copying layer " + *it + ": " + ec.message()));
+  }
+  std::vector<std::string> args = {agent_path_,    "--listen",    dir + "/agent.sock",
+                                   "--root",       dir + "/root", "--log-level",
+                                   "warn"};
+  for (const std::string& kv : spec.env) args.insert(args.end(), {"--env", kv});
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 1, (dir + "/agent.log").c_str(),
+                                   O_WRONLY | O_CREAT | O_APPEND, 0600);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  pid_t pid = 0;
+  int err = ::posix_spawn(&pid, agent_path_.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (err != 0) return fail(ErrnoError("starting " + agent_path_, err));
+  {
+    std::lock_guard lock(mu_);
+    live_[spec.id] = pid;
+  }
+  std::ofstream(dir + "/pid") << pid << "\n";
+  // The agent binds its socket as it starts.
+  Result<UniqueFd> channel = Fail(ErrorCode::kUnavailable, "the agent did not listen");
+  for (int i = 0; i < 500 && !channel; ++i) {
+    channel = Connect(dir + "/agent.sock");
+    if (!channel) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!channel) return fail(channel.error());
+  runtime::SandboxInfo info;
+  info.id = spec.id;
+  info.engine_state = nlohmann::json{{"pid", pid}}.dump();
+  return std::make_unique<FakeSandbox>(std::move(info), std::move(*channel));
+}
+
+Status FakeEngine::Destroy(const std::string& id) {
+  if (auto st = ValidateSandboxId(id); !st) return st;
+  const std::string dir = SandboxDir(id);
+  pid_t pid = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = live_.find(id); it != live_.end()) {
+      pid = it->second;
+      live_.erase(it);
+    }
+  }
+  if (pid == 0) {  // what another instance (or a crash) left: found by its pid file
+    std::ifstream in(dir + "/pid");
+    in >> pid;
+    if (pid > 0 && !IsAgentOf(pid, dir)) pid = 0;
+  }
+  Stop(pid);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (ec) return Fail(ErrorCode::kInternal, "removing " + dir + ": " + ec.message());
+  return {};
+}
+
+Result<UniqueFd> FakeEngine::ConnectAgent(const std::string& id) {
+  if (AgentPid(id) == 0) return Fail(ErrorCode::kNotFound, "sandbox " + id + " is not held here");
+  return Connect(SandboxDir(id) + "/agent.sock");
+}
+
+Result<runtime::SandboxInfo> FakeEngine::Adopt(const std::string& id,
+                                               const std::string& engine_state, bool paused) {
+  if (paused) return std::unexpected(runtime::Lacks(name_, "pause", "hold a paused sandbox"));
+  const pid_t pid = PidOf(engine_state);
+  if (pid <= 0 || !IsAgentOf(pid, SandboxDir(id))) {
+    return Fail(ErrorCode::kNotFound, "its agent (pid " + std::to_string(pid) + ") is gone");
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (live_.contains(id)) return Fail(ErrorCode::kAlreadyExists, "sandbox " + id + " is held");
+    live_[id] = pid;
+  }
+  runtime::SandboxInfo info;
+  info.id = id;
+  info.engine_state = engine_state;
+  return info;
+}
+
+Result<std::vector<std::string>> FakeEngine::ListSandboxes() {
+  std::vector<std::string> ids;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(state_dir_, ec)) {
+    std::string id = entry.path().filename().string();
+    if (ValidateSandboxId(id)) ids.push_back(std::move(id));
+  }
+  if (ec) return Fail(ErrorCode::kInternal, "listing " + state_dir_ + ": " + ec.message());
+  return ids;
+}
+
+Status FakeEngine::UpdateLimits(const std::string&, const runtime::Limits&) {
+  return std::unexpected(runtime::Lacks(name_, "live_limits", "change a sandbox's limits"));
+}
+
+Result<runtime::LayerSnapshot> FakeEngine::SnapshotLayer(const std::string& id) {
+  if (AgentPid(id) == 0) return Fail(ErrorCode::kNotFound, "sandbox " + id + " is not held here");
+  UniqueFd root(::open((SandboxDir(id) + "/root").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!root) return FailErrno("opening the root of " + id, errno);
+  return layers_->Import(root.get(), 0);
+}
+
+Status FakeEngine::Pause(const std::string&) {
+  return std::unexpected(runtime::Lacks(name_, "pause", "pause a sandbox"));
+}
+
+Status FakeEngine::Resume(const std::string&) {
+  return std::unexpected(runtime::Lacks(name_, "pause", "resume a sandbox"));
+}
+
+}  // namespace airlock::testing
