@@ -1,5 +1,6 @@
 #pragma once
-// Logging through spdlog (header-only, so the static agent can use it too).
+// Logging through spdlog (compiled into airlock_common by spdlog_lib.cc, so the static agent can
+// use it too).
 // Use the spdlog calls directly: spdlog::info("created {}", id).
 
 #include <spdlog/spdlog.h>

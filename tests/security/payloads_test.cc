@@ -906,5 +906,5 @@ int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   ::testing::AddGlobalTestEnvironment(new airlock::security::ReportEnvironment(
       "payloads", "Hostile payloads in real sandboxes"));
-  return RUN_ALL_TESTS();
+  return airlock::security::RunAllTestsForCtest();
 }

@@ -737,5 +737,5 @@ int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   ::testing::AddGlobalTestEnvironment(new airlock::security::ReportEnvironment(
       "soak", "Airlock soak: resource bombs, churn, crash consistency"));
-  return RUN_ALL_TESTS();
+  return airlock::security::RunAllTestsForCtest();
 }
