@@ -166,38 +166,7 @@ json ExitFields(const ExecResultView& r) {
   };
 }
 
-std::string EventLine(json doc, std::string_view type, std::chrono::system_clock::time_point t) {
-  doc["type"] = type;
-  doc["time"] = FormatTimestamp(t);
-  return Dump(doc) + "\n";
-}
 }  // namespace
-
-std::string RenderStartEvent(int32_t pid, std::chrono::system_clock::time_point time) {
-  return EventLine({{"pid", pid}}, "start", time);
-}
-
-std::string RenderOutputEvent(bool is_stdout, const std::string& bytes,
-                              std::chrono::system_clock::time_point time) {
-  json doc = json::object();
-  PutBytes(doc, "data", bytes);
-  return EventLine(std::move(doc), is_stdout ? "stdout" : "stderr", time);
-}
-
-std::string RenderExitEvent(const ExecResultView& result,
-                            std::chrono::system_clock::time_point time) {
-  return EventLine(ExitFields(result), "exit", time);
-}
-
-std::string RenderErrorEvent(const Error& error, std::chrono::system_clock::time_point time) {
-  json doc = {{"error",
-               {{"code", std::string(ErrorCodeName(error.code()))}, {"message", error.message()}}}};
-  return EventLine(std::move(doc), "error", time);
-}
-
-std::string RenderDroppedEvent(uint64_t bytes, std::chrono::system_clock::time_point time) {
-  return EventLine({{"bytes", bytes}}, "dropped", time);
-}
 
 namespace {
 json ProcessJson(const ProcessView& p) {
@@ -308,23 +277,43 @@ std::string RenderTemplateList(std::span<const TemplateView> views) {
   return Dump(json{{"templates", std::move(list)}});
 }
 
-std::string RenderStepEvent(size_t index, const std::string& step_json,
-                            std::chrono::system_clock::time_point time) {
-  json step = json::parse(step_json, nullptr, /*allow_exceptions=*/false);
-  return EventLine({{"index", index}, {"step", step.is_discarded() ? json() : step}}, "step", time);
-}
-
-std::string RenderBaseEvent(const std::string& base, const std::string& message,
-                            std::chrono::system_clock::time_point time) {
-  return EventLine({{"base", base}, {"message", message}}, "base", time);
-}
-
-std::string RenderSnapshotEvent(std::chrono::system_clock::time_point time) {
-  return EventLine(json::object(), "snapshot", time);
-}
-
-std::string RenderDoneEvent(const TemplateView& view, std::chrono::system_clock::time_point time) {
-  return EventLine({{"template", TemplateJson(view)}}, "done", time);
+std::string RenderEvent(const Event& event) {
+  struct Fields {
+    json operator()(const StartEvent& e) const { return {{"type", "start"}, {"pid", e.pid}}; }
+    json operator()(const OutputEvent& e) const {
+      json doc = {{"type", e.is_stdout ? "stdout" : "stderr"}};
+      PutBytes(doc, "data", e.data);
+      return doc;
+    }
+    json operator()(const DroppedEvent& e) const {
+      return {{"type", "dropped"}, {"bytes", e.bytes}};
+    }
+    json operator()(const ExitEvent& e) const {
+      json doc = ExitFields(e.result);
+      doc["type"] = "exit";
+      return doc;
+    }
+    json operator()(const ErrorEvent& e) const {
+      return {{"type", "error"},
+              {"error",
+               {{"code", std::string(ErrorCodeName(e.error.code()))},
+                {"message", e.error.message()}}}};
+    }
+    json operator()(const BaseEvent& e) const {
+      return {{"type", "base"}, {"base", e.base}, {"message", e.message}};
+    }
+    json operator()(const StepEvent& e) const {
+      json step = json::parse(e.step_json, nullptr, /*allow_exceptions=*/false);
+      return {{"type", "step"}, {"index", e.index}, {"step", step.is_discarded() ? json() : step}};
+    }
+    json operator()(const SnapshotEvent&) const { return {{"type", "snapshot"}}; }
+    json operator()(const DoneEvent& e) const {
+      return {{"type", "done"}, {"template", TemplateJson(e.template_view)}};
+    }
+  };
+  json doc = std::visit(Fields{}, event.what);
+  doc["time"] = FormatTimestamp(event.time);
+  return Dump(doc) + "\n";
 }
 
 std::string RenderFork(std::span<const SandboxView> sandboxes, const std::string& layer) {

@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "common/error.h"
@@ -103,19 +104,6 @@ std::string RenderTemplate(const TemplateView& view);
 // {"templates": [ ... ]}; a template owned by a tenant also has "tenant".
 std::string RenderTemplateList(std::span<const TemplateView> views);
 
-// Template build events ("stream": true), one JSON object per line like exec's:
-//   {"type": "step", "index", "step": {"run"} | {"copy": {"path", "bytes", "mode"}}}
-//   the exec events of a run step (start, stdout, stderr, exit)
-//   {"type": "snapshot"}, then last {"type": "done", "template": {...}} or an "error" event
-// Before the steps, when the base is a Debian suite made now or an image imported now:
-//   {"type": "base", "base", "message"}, and the maker's output as "stderr" events
-std::string RenderBaseEvent(const std::string& base, const std::string& message,
-                            std::chrono::system_clock::time_point time);
-std::string RenderStepEvent(size_t index, const std::string& step_json,
-                            std::chrono::system_clock::time_point time);
-std::string RenderSnapshotEvent(std::chrono::system_clock::time_point time);
-std::string RenderDoneEvent(const TemplateView& view, std::chrono::system_clock::time_point time);
-
 // The answer to a fork: {"sandboxes": [...], "layer", "memory_carried": false, "note"}.
 std::string RenderFork(std::span<const SandboxView> sandboxes, const std::string& layer);
 
@@ -135,22 +123,6 @@ struct ExecResultView {
 // base64 of the bytes ("stdout_encoding": "base64"); the same for stderr.
 std::string RenderExecResult(const ExecResultView& result);
 
-// Streaming exec ("stream": true): one JSON object per line, each with "type" and "time".
-//   {"type": "start", "pid"}                                 the command started (pid inside)
-//   {"type": "stdout" | "stderr", "data", "data_encoding"}   output as it comes
-//   {"type": "exit", exit_code, signal, duration_ms, timed_out, oom_killed, truncated}  last
-//   {"type": "error", "error": {"code", "message"}}          last, when the command failed to run
-std::string RenderStartEvent(int32_t pid, std::chrono::system_clock::time_point time);
-std::string RenderOutputEvent(bool is_stdout, const std::string& bytes,
-                              std::chrono::system_clock::time_point time);
-std::string RenderExitEvent(const ExecResultView& result,
-                            std::chrono::system_clock::time_point time);
-std::string RenderErrorEvent(const Error& error, std::chrono::system_clock::time_point time);
-
-// {"type": "dropped", "bytes"}: output of a background process overwritten in its ring before
-// this reader got it.
-std::string RenderDroppedEvent(uint64_t bytes, std::chrono::system_clock::time_point time);
-
 struct ProcessView {
   int32_t pid = 0;
   std::string command;
@@ -161,6 +133,60 @@ struct ProcessView {
   std::chrono::system_clock::time_point started_at, ended_at;
   ExecResultView exit;  // exit fields, when !running (stdout/stderr unused)
 };
+
+// Stream events: what the services hand over as it happens (controller.h: EventStream), and
+// RenderEvent's one JSON object per line (NDJSON), each with "type" and "time" (when the event
+// reached the daemon).
+//
+// Streaming exec ("stream": true), attach, exec/ws:
+//   {"type": "start", "pid"}                                 the command started (pid inside)
+//   {"type": "stdout" | "stderr", "data", "data_encoding"}   output as it comes
+//   {"type": "dropped", "bytes"}   output of a background process overwritten in its ring
+//                                  before this reader got it
+//   {"type": "exit", exit_code, signal, duration_ms, timed_out, oom_killed, truncated}  last
+//   {"type": "error", "error": {"code", "message"}}          last, when the command failed to run
+// Template builds ("stream": true):
+//   {"type": "base", "base", "message"} and the maker's output as "stderr" events, before the
+//   steps, when the base is a Debian suite made now or an image imported now
+//   {"type": "step", "index", "step": {"run"} | {"copy": {"path", "bytes", "mode"}}}
+//   the exec events of a run step (start, stdout, stderr, exit)
+//   {"type": "snapshot"}, then last {"type": "done", "template": {...}} or an "error" event
+struct StartEvent {
+  int32_t pid = 0;
+};
+struct OutputEvent {
+  bool is_stdout = true;
+  std::string data;  // bytes
+};
+struct DroppedEvent {
+  uint64_t bytes = 0;
+};
+struct ExitEvent {
+  ExecResultView result;
+};
+struct ErrorEvent {
+  Error error;
+};
+struct BaseEvent {
+  std::string base;
+  std::string message;
+};
+struct StepEvent {
+  size_t index = 0;
+  std::string step_json;  // the step as the template's record describes it
+};
+struct SnapshotEvent {};
+struct DoneEvent {
+  TemplateView template_view;
+};
+struct Event {
+  std::variant<StartEvent, OutputEvent, DroppedEvent, ExitEvent, ErrorEvent, BaseEvent, StepEvent,
+               SnapshotEvent, DoneEvent>
+      what;
+  std::chrono::system_clock::time_point time = std::chrono::system_clock::now();
+};
+// One NDJSON line, with its newline.
+std::string RenderEvent(const Event& event);
 
 // {"pid", "command", "state": "running" | "exited", "background", "pty", "stdin_open",
 //  "started_at", and when exited "ended_at" and the exit fields (exit_code, signal,

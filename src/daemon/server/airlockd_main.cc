@@ -314,8 +314,8 @@ int main(int argc, char** argv) {
   if (networks) networks->StartMaintainer();  // after recovery took back what it adopts
   metrics.SetRecovery(recovered->adopted, recovered->failed, recovered->finished,
                       recovered->orphans_removed);
-  controller.SetDestroyedRetention(std::chrono::seconds(flags.destroyed_keep_seconds));
-  controller.StartReaper();
+  controller.expiry().SetDestroyedRetention(std::chrono::seconds(flags.destroyed_keep_seconds));
+  controller.expiry().Start(std::chrono::seconds(1));
   if (auto st = controller.ConfigurePools(flags.pools); !st) Die(st.error().message(), 2);
   controller.StartPoolFiller();
   daemon::Router router(controller, **store, metrics, /*auth_required=*/!flags.no_auth);
@@ -332,7 +332,7 @@ int main(int argc, char** argv) {
   (*server)->Run();
   server->reset();
   controller.StopPoolFiller();
-  controller.StopReaper();
+  controller.expiry().Stop();
   if (flags.on_shutdown == daemon::OnShutdown::kDestroy) {
     controller.DestroyAll();
   } else {

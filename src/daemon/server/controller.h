@@ -1,8 +1,14 @@
 #pragma once
-// Controller: the sandbox lifecycle behind the API. It writes the record before the engine acts,
-// refuses calls that do not fit the record's state (409 with the current state), reconciles the
-// records with what the engine finds when the daemon starts, expires sandboxes at their TTL, and
-// keeps a small pool of agent channels per sandbox so that commands run concurrently.
+// Controller: the sandbox lifecycle behind the API, and the facade that composes the services
+// (docs/design/services.md). It writes the record before the engine acts, refuses calls that do
+// not fit the record's state (409 with the current state), reconciles the records with what the
+// engines find when the daemon starts (recovery, each record to its own engine), binds networks,
+// builds templates, takes snapshots and forks, and keeps the warm pools. What it composes:
+//   SandboxTable (sandbox_table.h)  the sandboxes held here, their engines and agent channels
+//   ExecService (exec_service.h)    commands and processes
+//   FileService (file_service.h)    files and tar streams
+//   Expiry (expiry.h)               the TTL reaper and the purge of destroyed records
+// The router calls the services through exec(), files() and expiry().
 //
 // Every method blocks (SQLite, the engine, the agent): call them from the daemon's worker pool,
 // never from an IO thread. Thread-safe. Requests arrive already validated (api/types.h).
@@ -22,8 +28,12 @@
 #include "common/error.h"
 #include "daemon/api/render.h"
 #include "daemon/api/types.h"
+#include "daemon/server/exec_service.h"
+#include "daemon/server/expiry.h"
+#include "daemon/server/file_service.h"
 #include "daemon/server/metrics.h"
 #include "daemon/server/network_event_log.h"
+#include "daemon/server/sandbox_table.h"
 #include "daemon/store/store.h"
 #include "protocol/client.h"
 #include "net/networks.h"
@@ -31,39 +41,7 @@
 
 namespace airlock::daemon {
 
-// A command whose events are read as they happen (streaming exec). Next() blocks (call it on
-// the worker pool) until the next event; dropping the stream before the end closes its channel,
-// which ends the command.
-class ExecStream {
- public:
-  virtual ~ExecStream() = default;
-  // The next events as NDJSON lines (api/render.h; one or more whole lines, all that had
-  // arrived, up to about 1 MiB), or nullopt after the last one. An empty string means nothing
-  // happened for a second (the caller may check on its client).
-  virtual std::optional<std::string> Next() = 0;
-  // The process the events are about (inside the sandbox).
-  virtual int32_t pid() const = 0;
-};
-
-// Input to a process the agent started (any of its running ones): stdin, signals, terminal
-// size. Holds one agent channel (an attachment); dropping it detaches, the process runs on.
-// Calls block briefly (call them on the worker pool). Not thread-safe, but independent of any
-// ExecStream on the same process, so one thread may read events while another gives input.
-class ProcessControl {
- public:
-  virtual ~ProcessControl() = default;
-  virtual const protocol::Attached& info() const = 0;
-  // kFailedPrecondition when the process's stdin is not open (any more).
-  virtual Status WriteStdin(std::string_view data) = 0;
-  virtual Status CloseStdin() = 0;
-  virtual Status Signal(int signo) = 0;
-  // kFailedPrecondition without a terminal.
-  virtual Status Resize(uint16_t cols, uint16_t rows) = 0;
-};
-
-// The API's view of a finished command, and of a process table entry.
-api::ExecResultView ToResultView(protocol::ExecResult result);
-api::ProcessView ToProcessView(const protocol::ProcessInfo& info);
+// The API's view of a template.
 api::TemplateView ToTemplateView(const store::TemplateRecord& record);
 
 // What recovery did at start.
@@ -97,15 +75,16 @@ struct ImageSources {
   std::string debian_mirror = "http://deb.debian.org/debian";
 };
 
-// The answer for a sandbox the caller may not see: unknown, destroyed, pooled, or another
-// tenant's (router.cc); one function so that all of them are the same bytes.
-Error SandboxNotFound(const std::string& id);
-
 class Controller {
  public:
   // `store` and `engines` outlive the controller.
   Controller(store::Store& store, runtime::EngineRegistry& engines)
-      : store_(store), engines_(engines) {}
+      : store_(store),
+        engines_(engines),
+        sandboxes_(store, engines),
+        exec_(sandboxes_),
+        files_(sandboxes_),
+        expiry_(store, [this](const std::string& id) { return Destroy(id); }) {}
   ~Controller();
   // Call before serving.
   void SetImageSources(ImageSources sources) { images_ = std::move(sources); }
@@ -130,22 +109,10 @@ class Controller {
   // sandboxes the engine has but no live record claims are destroyed.
   [[nodiscard]] Result<RecoveryReport> Recover();
 
-  // Starts the TTL reaper: a thread that destroys sandboxes whose deadline has passed (within
-  // about `period` of it). Stopped by the destructor or StopReaper.
-  void StartReaper(std::chrono::milliseconds period = std::chrono::seconds(1));
-  void StopReaper();
-  // One pass of the reaper (also what the thread runs): the number of sandboxes destroyed.
-  int ReapExpired();
-  // Sandboxes the reaper destroyed since start.
-  uint64_t expired_total() const { return expired_total_; }
-  // How long a destroyed sandbox's record (with its network verdicts) is kept; zero (the
-  // default here) keeps it for ever. The reaper purges older ones on its first pass and then
-  // about once a minute (or once per `keep`, if shorter). Call before StartReaper.
-  void SetDestroyedRetention(std::chrono::seconds keep) { destroyed_keep_ = keep; }
-  // One purge (also what the reaper runs): the number of records removed.
-  int64_t PurgeDestroyed();
-  // Records purged since start.
-  uint64_t purged_total() const { return purged_total_; }
+  // The services it composes.
+  ExecService& exec() { return exec_; }
+  FileService& files() { return files_; }
+  Expiry& expiry() { return expiry_; }
 
   // Inserts the record (creating), creates the sandbox, connects its agent, then running; on
   // any failure the record is failed with the error and the error is returned.
@@ -162,55 +129,6 @@ class Controller {
   [[nodiscard]] Status Destroy(const std::string& id);
   [[nodiscard]] Result<store::SandboxRecord> Pause(const std::string& id);
   [[nodiscard]] Result<store::SandboxRecord> Resume(const std::string& id);
-  // Runs one command through the sandbox's agent. Commands in one sandbox run concurrently,
-  // each on its own channel.
-  [[nodiscard]] Result<protocol::ExecResult> Exec(const std::string& id,
-                                                  const api::ExecRequest& request);
-  // Starts a command and returns its event stream (the first event is "start"). Errors before
-  // the command exists are returned like Exec's.
-  [[nodiscard]] Result<std::unique_ptr<ExecStream>> StartExec(const std::string& id,
-                                                              const api::ExecRequest& request);
-
-  // Processes (docs/design/processes.md). Unknown pids are kNotFound.
-  // Starts a background command ("background": true) and returns its entry at once.
-  [[nodiscard]] Result<protocol::ProcessInfo> StartBackground(const std::string& id,
-                                                              const api::ExecRequest& request);
-  [[nodiscard]] Result<std::vector<protocol::ProcessInfo>> ListProcesses(const std::string& id);
-  [[nodiscard]] Result<protocol::ProcessInfo> GetProcess(const std::string& id, int32_t pid);
-  // Signals the process's group; the entry after.
-  [[nodiscard]] Result<protocol::ProcessInfo> SignalProcess(const std::string& id, int32_t pid,
-                                                            int signo);
-  [[nodiscard]] Result<protocol::ProcessInfo> WriteProcessStdin(const std::string& id, int32_t pid,
-                                                                std::string_view data, bool close);
-  // Until the process ends or `timeout` passes; the entry either way.
-  [[nodiscard]] Result<protocol::ProcessInfo> WaitProcess(const std::string& id, int32_t pid,
-                                                          std::chrono::milliseconds timeout);
-  // A background process's output as events: the ring's contents (`replay`), then, with
-  // `follow`, live output until "exit". Without follow it ends after the replay ("exit" first if
-  // the process has ended). Dropping the stream detaches; the process runs on.
-  [[nodiscard]] Result<std::unique_ptr<ExecStream>> AttachOutput(const std::string& id,
-                                                                 int32_t pid, bool replay,
-                                                                 bool follow);
-  [[nodiscard]] Result<std::unique_ptr<ProcessControl>> Control(const std::string& id,
-                                                                int32_t pid);
-
-  // Files, through the agent (confined to the sandbox's root). Paths that are not absolute are
-  // taken from the default user's home directory.
-  [[nodiscard]] Result<std::string> ReadFile(const std::string& id, const api::FileQuery& query);
-  [[nodiscard]] Result<protocol::FileInfo> WriteFile(const std::string& id,
-                                                     const api::FileQuery& query,
-                                                     std::string_view data);
-  [[nodiscard]] Status DeleteFile(const std::string& id, const api::FileQuery& query);
-  [[nodiscard]] Result<std::vector<protocol::FileInfo>> ListFiles(const std::string& id,
-                                                                  const api::FileQuery& query);
-  [[nodiscard]] Result<protocol::FileInfo> MakeDirectory(const std::string& id,
-                                                         const api::FileQuery& query);
-  // A tar stream of the directory's contents, made by tar inside the sandbox (so a hostile
-  // tree is read with the sandbox's rights only), and its extraction the same way.
-  [[nodiscard]] Result<std::string> ReadTar(const std::string& id, const api::FileQuery& query);
-  [[nodiscard]] Status WriteTar(const std::string& id, const api::FileQuery& query,
-                                std::string_view tar);
-
   // The sandbox's stored network verdicts (proxy and DNS) after `query.after`, oldest first,
   // with those made up to this call included. Unlike Get, a destroyed sandbox's are served
   // until its record is purged; 404 for unknown and pooled ones.
@@ -231,13 +149,13 @@ class Controller {
   // Whether sandboxes can be made from `name` now: "base", or a ready template.
   [[nodiscard]] Status CheckTemplate(const std::string& name);
   // Builds a template: a build sandbox from the base, each step run in it (`log` gets the build
-  // events as NDJSON lines, api/render.h), what it wrote frozen into a layer, the sandbox
+  // events, api/render.h), what it wrote frozen into a layer, the sandbox
   // destroyed. The record is building meanwhile, and failed with the reason if the build is.
   [[nodiscard]] Result<store::TemplateRecord> BuildTemplate(
-      const api::CreateTemplateRequest& request, const std::function<void(std::string)>& log);
+      const api::CreateTemplateRequest& request, const std::function<void(api::Event)>& log);
   // BuildTemplate on a thread of its own (it outlives a client that goes away); its events as a
   // stream, the last one "done" or "error".
-  [[nodiscard]] std::unique_ptr<ExecStream> StartBuild(api::CreateTemplateRequest request);
+  [[nodiscard]] std::unique_ptr<EventStream> StartBuild(api::CreateTemplateRequest request);
   [[nodiscard]] Result<store::TemplateRecord> GetTemplate(const std::string& name);
   [[nodiscard]] Result<std::vector<store::TemplateRecord>> ListTemplates();
   // 409 while a sandbox (pooled ones too) uses it; its layers go unless something else uses them.
@@ -273,17 +191,6 @@ class Controller {
   void StopPoolFiller();
 
  private:
-  struct Live {
-    runtime::Engine* engine = nullptr;  // the one that holds it
-    std::mutex lifecycle_mu;  // serializes pause / resume / destroy on the engine
-    std::mutex channels_mu;
-    std::vector<protocol::BlockingClient> idle;  // connected channels, guarded by channels_mu
-    // The env sent with every command (guarded by channels_mu): a claimed pooled sandbox's,
-    // whose agent started without it and cannot be told later. Empty for the others, whose
-    // agent has it from its start.
-    std::vector<std::string> env;
-    std::string cwd;  // commands' default cwd (its template's workdir); guarded by channels_mu
-  };
   // What a new sandbox's root is made of beyond its template's name.
   struct Origin {
     std::vector<std::string> layers;  // topmost first
@@ -311,30 +218,6 @@ class Controller {
     uint64_t hits = 0;
     std::map<std::string, uint64_t> misses;  // by reason
   };
-  // A channel on loan for one operation; given back with Keep() when it ended cleanly.
-  class Channel;
-  class StreamingExec;
-  class AttachedControl;
-  Error ProcessError(const std::string& id, int32_t pid, Error error);
-  // The entry for `pid` from the agent's table (kNotFound if it has none).
-  Result<protocol::ProcessInfo> FindProcess(const std::string& id, Channel& channel, int32_t pid);
-  // Attaches to `pid`, runs `action` on the attachment (which returns the process's end if it
-  // saw the stream end with it), detaches; then the entry (the one from before, updated with the
-  // end, if the process has left the table: a foreground command does as it ends).
-  Result<protocol::ProcessInfo> ControlOnce(
-      const std::string& id, int32_t pid,
-      const std::function<Result<std::optional<protocol::Exited>>(
-          Channel&, uint32_t, const protocol::Attached&)>& action);
-  // Exec's and StartExec's mapping of an error of the agent about the command.
-  Error ExecError(const std::string& id, Error error);
-
-  std::shared_ptr<Live> FindLive(const std::string& id);
-  void Hold(const std::string& id, runtime::Engine* engine, std::vector<std::string> env,
-            std::string cwd);
-  // The engine of sandbox `id`: the one holding it, else the one its record names (for what a
-  // crash or a failed create left). kFailedPrecondition when that engine is unavailable.
-  Result<runtime::Engine*> EngineOf(const std::string& id);
-  Result<runtime::Engine*> EngineOf(const store::SandboxRecord& record);
   // The engine a create gets: the request's, else its template's, else the daemon's default;
   // refused (with what it lacks named) when it cannot make a sandbox of `origin` or with
   // `network`.
@@ -358,47 +241,18 @@ class Controller {
   // One step of the filler: true when it created or destroyed a sandbox.
   Result<bool> FillStep();
   void CountMiss(const std::string& template_name, const std::string& reason);
-  // Why a sandbox with this record is not held here: its engine's unavailability, else 503.
-  Error NotHeld(const store::SandboxRecord& record) const;
-  // The sandbox must be held here and running (and not pooled, unless `allow_pooled`); then a
-  // channel to its agent.
-  Result<Channel> Acquire(const std::string& id, bool allow_pooled = false);
-  // A channel to the agent of `id`, held here as `live`, without a look at its record.
-  Result<Channel> ChannelTo(const std::string& id, std::shared_ptr<Live> live);
-  // Writes a file (0644) in a sandbox held here whose state the caller knows (a claim's): one
-  // round trip to its agent, no record read, no stat after.
-  Status WriteHeldFile(const std::string& id, std::shared_ptr<Live> live, const std::string& path,
-                       std::string_view data);
-  // After an operation failed: the sandbox's state if it no longer fits (the destroy or pause
-  // that interrupted it), else `error`.
-  Error Explain(const std::string& id, Error error);
   // Tears down `id` with the engine and records the outcome; the record must be destroying.
   Status FinishDestroy(const std::string& id);
   // Recovery of one record; counts into `report`.
   void RecoverOne(const store::SandboxRecord& record, RecoveryReport& report);
-  std::string Resolve(const std::string& path) const;
-  // Runs tar (ReadTar, WriteTar) in the sandbox; a template without tar is kUnimplemented.
-  Result<protocol::ExecResult> RunTar(const std::string& id, Channel& channel,
-                                      const protocol::Exec& exec, std::string_view stdin_data);
-  // The entry for `path` (after a write or mkdir), named as a listing names it; gives the
-  // channel back.
-  Result<protocol::FileInfo> Describe(const std::string& id, Channel& channel,
-                                      const std::string& path);
 
   store::Store& store_;
   runtime::EngineRegistry& engines_;
+  SandboxTable sandboxes_;
+  ExecService exec_;
+  FileService files_;
+  Expiry expiry_;
   std::mutex patch_mu_;  // a metadata merge is read-modify-write
-  std::mutex mu_;
-  std::map<std::string, std::shared_ptr<Live>> live_;  // guarded by mu_
-
-  std::mutex reaper_mu_;
-  std::condition_variable reaper_cv_;
-  bool reaper_stop_ = false;  // guarded by reaper_mu_
-  bool ReaperStopping();       // reaper_stop_, under reaper_mu_
-  std::thread reaper_;
-  std::atomic<uint64_t> expired_total_{0};
-  std::chrono::seconds destroyed_keep_{0};
-  std::atomic<uint64_t> purged_total_{0};
 
   std::mutex pool_mu_;
   std::condition_variable pool_cv_;
@@ -423,12 +277,12 @@ class Controller {
     std::string root{api::kRootHostUsr};
     std::optional<api::TemplateSettings> settings;  // what the base gives its sandboxes
   };
-  Result<Base> PrepareBase(const std::string& base, const std::function<void(std::string)>& log);
+  Result<Base> PrepareBase(const std::string& base, const std::function<void(api::Event)>& log);
   // The record of "debian:<suite>", made with mmdebstrap if there is none yet (or only a failed
   // one); a build of it that is under way is waited for.
   Result<store::TemplateRecord> DebianBase(const std::string& name,
-                                           const std::function<void(std::string)>& log);
-  Result<Base> ImportImage(const std::string& path, const std::function<void(std::string)>& log);
+                                           const std::function<void(api::Event)>& log);
+  Result<Base> ImportImage(const std::string& path, const std::function<void(api::Event)>& log);
   // Holds off CollectLayers while a layer exists that no record names yet (an import).
   class LayerPin {
    public:

@@ -150,7 +150,7 @@ std::optional<Result<SandboxRecord>> Controller::ClaimFromPool(const Resolved& r
     CountMiss(name, reason);
     return std::nullopt;
   };
-  std::shared_ptr<Live> live = FindLive(id);
+  std::shared_ptr<HeldSandbox> live = sandboxes_.Find(id);
   if (!live) return abandon(kMissError, "it is not held by this daemon");
   if (!same_limits) {
     if (auto st = live->engine->UpdateLimits(id, request.limits); !st) {
@@ -178,14 +178,12 @@ std::optional<Result<SandboxRecord>> Controller::ClaimFromPool(const Resolved& r
       std::lock_guard lock(pool_mu_);
       pool_unlink_.push_back(id);
     }
-    if (auto st = WriteHeldFile(id, live, "/etc/resolv.conf", kNoNetworkResolvConf); !st) {
+    if (auto st = sandboxes_.WriteHeldFile(id, live, "/etc/resolv.conf", kNoNetworkResolvConf);
+        !st) {
       return abandon(kMissError, "rewriting its resolv.conf: " + st.error().message());
     }
   }
-  {
-    std::lock_guard lock(live->channels_mu);
-    live->env = std::move(sandbox_env);
-  }
+  live->SetEnv(std::move(sandbox_env));
   {
     std::lock_guard lock(pool_mu_);
     ++pools_[name].hits;
@@ -270,7 +268,7 @@ Result<bool> Controller::FillStep() {
       if (!taken) return std::unexpected(taken.error());
       if (!*taken) continue;  // claimed meanwhile
       const std::string id = (*taken)->id;
-      std::shared_ptr<Live> live = FindLive(id);
+      std::shared_ptr<HeldSandbox> live = sandboxes_.Find(id);
       std::unique_lock<std::mutex> lock;
       if (live) lock = std::unique_lock(live->lifecycle_mu);
       if (auto st = FinishDestroy(id); !st) return std::unexpected(st.error());

@@ -131,7 +131,7 @@ Status Controller::StartTemplateCommands(const std::string& id, const Resolved& 
     api::ExecRequest start;
     start.cmd = resolved.start_cmd;
     start.background = true;
-    if (auto started = StartBackground(id, start); !started) {
+    if (auto started = exec_.StartBackground(id, start); !started) {
       return std::unexpected(started.error().Wrap("starting the template's start_cmd"));
     }
   }
@@ -144,7 +144,7 @@ Status Controller::StartTemplateCommands(const std::string& id, const Resolved& 
   ready.timeout_seconds = kReadyTryTimeoutSeconds;
   std::string last;
   while (true) {
-    auto result = Exec(id, ready);
+    auto result = exec_.Exec(id, ready);
     if (!result) return std::unexpected(result.error().Wrap("running the template's ready_cmd"));
     if (result->exit.exit_code == 0 && result->exit.term_signal == 0) return {};
     last = result->stderr_data.empty() ? result->stdout_data : result->stderr_data;
@@ -160,7 +160,7 @@ Status Controller::StartTemplateCommands(const std::string& id, const Resolved& 
 
 Result<runtime::LayerSnapshot> Controller::SnapshotLayer(const std::string& id) {
   // No pause, resume or destroy of the sandbox while it is frozen for the copy.
-  std::shared_ptr<Live> live = FindLive(id);
+  std::shared_ptr<HeldSandbox> live = sandboxes_.Find(id);
   if (!live) return Fail(ErrorCode::kNotFound, "sandbox " + id + " is not held by this daemon");
   if (!live->engine->capabilities().layer_snapshot) {
     return std::unexpected(runtime::Lacks(live->engine->name(), "layer_snapshot",
@@ -171,7 +171,7 @@ Result<runtime::LayerSnapshot> Controller::SnapshotLayer(const std::string& id) 
 }
 
 Result<TemplateRecord> Controller::BuildTemplate(const api::CreateTemplateRequest& request,
-                                                 const std::function<void(std::string)>& log) {
+                                                 const std::function<void(api::Event)>& log) {
   if (auto st = CheckNetwork(request.network); !st) return std::unexpected(st.error());
   api::TemplateSettings settings = api::TemplateSettings::From(request);
   // An imported image's layer is named by no record until the build sandbox's is.
@@ -274,7 +274,7 @@ Result<TemplateRecord> Controller::BuildTemplate(const api::CreateTemplateReques
     api::ExecRequest mkdir;
     mkdir.argv = {"mkdir", "-p", settings.workdir};
     mkdir.user = "root";
-    auto made = Exec(build_id, mkdir);
+    auto made = exec_.Exec(build_id, mkdir);
     if (!made || made->exit.exit_code != 0) {
       return fail(made ? Error(ErrorCode::kFailedPrecondition,
                                "making workdir " + settings.workdir + ": " + made->stderr_data)
@@ -286,14 +286,14 @@ Result<TemplateRecord> Controller::BuildTemplate(const api::CreateTemplateReques
   for (size_t i = 0; i < request.steps.size(); ++i) {
     const api::TemplateStep& step = request.steps[i];
     if (stopping()) return fail(Error(ErrorCode::kUnavailable, "airlockd is shutting down"));
-    log(api::RenderStepEvent(i, described.at(i).dump(), std::chrono::system_clock::now()));
+    log({api::StepEvent{i, described.at(i).dump()}});
     const std::string what = "step " + std::to_string(i + 1);
     if (step.is_copy()) {
       api::FileQuery query;
       query.path = step.path;
       query.mode = step.mode;
       query.parents = true;
-      if (auto written = WriteFile(build_id, query, step.content); !written) {
+      if (auto written = files_.WriteFile(build_id, query, step.content); !written) {
         return fail(written.error().Wrap(what + " (copy to " + step.path + ")"));
       }
       continue;
@@ -304,37 +304,31 @@ Result<TemplateRecord> Controller::BuildTemplate(const api::CreateTemplateReques
     exec.cwd = settings.workdir;
     exec.timeout_seconds = step.timeout_seconds;
     exec.stream = true;
-    auto stream = StartExec(build_id, exec);
+    auto stream = exec_.StartExec(build_id, exec);
     if (!stream) return fail(stream.error().Wrap(what));
     std::string tail;  // the end of its output, for the error message
-    std::optional<json> exit;
-    while (auto lines = (*stream)->Next()) {
-      if (lines->empty()) continue;
-      log(*lines);
-      for (size_t at = 0; at < lines->size();) {
-        size_t nl = lines->find('\n', at);
-        if (nl == std::string::npos) nl = lines->size();
-        json event = json::parse(lines->substr(at, nl - at), nullptr, false);
-        at = nl + 1;
-        if (!event.is_object()) continue;
-        const std::string type = event.value("type", "");
-        if (type == "exit" || type == "error") exit = event;
-        if ((type == "stdout" || type == "stderr") && event.value("data_encoding", "") == "utf-8") {
-          tail += event.value("data", "");
+    std::optional<api::Event> last;  // its exit or error event
+    while (auto events = (*stream)->Next()) {
+      for (api::Event& event : *events) {
+        if (auto* output = std::get_if<api::OutputEvent>(&event.what)) {
+          tail += output->data;
           if (tail.size() > 2048) tail.erase(0, tail.size() - 2048);
+        } else if (std::holds_alternative<api::ExitEvent>(event.what) ||
+                   std::holds_alternative<api::ErrorEvent>(event.what)) {
+          last = event;
         }
+        log(std::move(event));
       }
     }
-    if (!exit) return fail(Error(ErrorCode::kInternal, what + ": the command's stream ended early"));
-    if (exit->value("type", "") == "error") {
-      return fail(Error(ErrorCode::kInternal, what + ": " + (*exit)["error"].value("message", "")));
+    if (!last) return fail(Error(ErrorCode::kInternal, what + ": the command's stream ended early"));
+    if (auto* error = std::get_if<api::ErrorEvent>(&last->what)) {
+      return fail(Error(ErrorCode::kInternal, what + ": " + error->error.message()));
     }
-    const json code = exit->value("exit_code", json());
-    if (!code.is_number_integer() || code.get<int64_t>() != 0) {
-      std::string how = exit->value("timed_out", false) ? "timed out"
-                        : code.is_number_integer()       ? "exited " + code.dump()
-                                                         : "was killed by signal " +
-                                                               exit->value("signal", json()).dump();
+    const api::ExecResultView& exit = std::get<api::ExitEvent>(last->what).result;
+    if (exit.signal != 0 || exit.exit_code != 0 || exit.timed_out) {
+      std::string how = exit.timed_out     ? "timed out"
+                        : exit.signal == 0 ? "exited " + std::to_string(exit.exit_code)
+                                           : "was killed by signal " + std::to_string(exit.signal);
       if (tail.size() > 1024) tail = "..." + tail.substr(tail.size() - 1024);
       return fail(Error(ErrorCode::kFailedPrecondition,
                         what + " (" + step.run + ") " + how + "; its output ended with: " + tail));
@@ -349,7 +343,7 @@ Result<TemplateRecord> Controller::BuildTemplate(const api::CreateTemplateReques
     scrub.cmd = "umask 022 && rm -f /etc/resolv.conf && printf '%s' '" +
                 std::string(kNoNetworkResolvConf) + "' > /etc/resolv.conf";
     scrub.user = "root";
-    auto scrubbed = Exec(build_id, scrub);
+    auto scrubbed = exec_.Exec(build_id, scrub);
     if (!scrubbed || scrubbed->exit.exit_code != 0) {
       return fail(
           scrubbed ? Error(ErrorCode::kFailedPrecondition,
@@ -358,7 +352,7 @@ Result<TemplateRecord> Controller::BuildTemplate(const api::CreateTemplateReques
     }
   }
 
-  log(api::RenderSnapshotEvent(std::chrono::system_clock::now()));
+  log({api::SnapshotEvent{}});
   {
     std::lock_guard<std::recursive_mutex> layers_lock(layers_mu_);
     auto layer = SnapshotLayer(build_id);
@@ -377,18 +371,18 @@ Result<TemplateRecord> Controller::BuildTemplate(const api::CreateTemplateReques
     std::lock_guard lock(builds_mu_);
     build_sandboxes_.erase(build_id);
   }
-  log(api::RenderDoneEvent(ToTemplateView(record), std::chrono::system_clock::now()));
+  log({api::DoneEvent{ToTemplateView(record)}});
   return record;
 }
 
 // The events of a build running on its own thread, through a queue.
-class BuildEvents : public ExecStream {
+class BuildEvents : public EventStream {
  public:
   struct Queue {
     std::mutex mu;
     std::condition_variable cv;
-    std::deque<std::string> lines;
-    size_t bytes = 0;
+    std::deque<api::Event> events;
+    size_t bytes = 0;  // of output waiting in `events`
     bool done = false;
     bool reader_gone = false;
   };
@@ -396,46 +390,56 @@ class BuildEvents : public ExecStream {
   ~BuildEvents() override {
     std::lock_guard lock(queue_->mu);
     queue_->reader_gone = true;  // the build goes on; its events are dropped
-    queue_->lines.clear();
+    queue_->events.clear();
+    queue_->cv.notify_all();
   }
-  std::optional<std::string> Next() override {
+  std::optional<std::vector<api::Event>> Next() override {
     std::unique_lock lock(queue_->mu);
     queue_->cv.wait_for(lock, std::chrono::seconds(1),
-                        [&] { return !queue_->lines.empty() || queue_->done; });
-    if (queue_->lines.empty()) {
+                        [&] { return !queue_->events.empty() || queue_->done; });
+    if (queue_->events.empty()) {
       if (queue_->done) return std::nullopt;
-      return std::string();
+      return std::vector<api::Event>{};
     }
-    std::string out;
-    while (!queue_->lines.empty() && out.size() < (1u << 20)) {
-      out += queue_->lines.front();
-      queue_->bytes -= queue_->lines.front().size();
-      queue_->lines.pop_front();
+    std::vector<api::Event> out;
+    size_t bytes = 0;
+    while (!queue_->events.empty() && bytes < (1u << 20)) {
+      const size_t size = OutputBytes(queue_->events.front());
+      bytes += size;
+      queue_->bytes -= size;
+      out.push_back(std::move(queue_->events.front()));
+      queue_->events.pop_front();
     }
     queue_->cv.notify_all();
     return out;
   }
   int32_t pid() const override { return 0; }
 
+  static size_t OutputBytes(const api::Event& event) {
+    auto* output = std::get_if<api::OutputEvent>(&event.what);
+    return output ? output->data.size() : 0;
+  }
+
  private:
   std::shared_ptr<Queue> queue_;
 };
 
-std::unique_ptr<ExecStream> Controller::StartBuild(api::CreateTemplateRequest request) {
+std::unique_ptr<EventStream> Controller::StartBuild(api::CreateTemplateRequest request) {
   auto queue = std::make_shared<BuildEvents::Queue>();
-  auto push = [queue](std::string line) {
+  auto push = [queue](api::Event event) {
     std::unique_lock lock(queue->mu);
-    // A slow reader holds the build back (at most 8 MiB waits); a reader that left does not.
+    // A slow reader holds the build back (at most 8 MiB of output waits); a reader that left
+    // does not.
     queue->cv.wait(lock, [&] { return queue->reader_gone || queue->bytes < (8u << 20); });
     if (queue->reader_gone) return;
-    queue->bytes += line.size();
-    queue->lines.push_back(std::move(line));
+    queue->bytes += BuildEvents::OutputBytes(event);
+    queue->events.push_back(std::move(event));
     queue->cv.notify_all();
   };
   std::lock_guard lock(builds_mu_);
   builds_.emplace_back([this, queue, push, request = std::move(request)] {
     auto built = BuildTemplate(request, push);
-    if (!built) push(api::RenderErrorEvent(built.error(), std::chrono::system_clock::now()));
+    if (!built) push({api::ErrorEvent{built.error()}});
     std::lock_guard done_lock(queue->mu);
     queue->done = true;
     queue->cv.notify_all();
@@ -458,7 +462,7 @@ void Controller::JoinBuilds() {
 }
 
 Result<Controller::Base> Controller::PrepareBase(const std::string& name,
-                                                 const std::function<void(std::string)>& log) {
+                                                 const std::function<void(api::Event)>& log) {
   if (name == api::kDefaultTemplate) return Base{};
   if (name.starts_with('/')) return ImportImage(name, log);
   Result<TemplateRecord> record;
@@ -480,7 +484,7 @@ Result<Controller::Base> Controller::PrepareBase(const std::string& name,
 }
 
 Result<TemplateRecord> Controller::DebianBase(const std::string& name,
-                                              const std::function<void(std::string)>& log) {
+                                              const std::function<void(api::Event)>& log) {
   const std::string suite(api::DebianSuite(name));
   auto stopping = [this] {
     std::lock_guard lock(builds_mu_);
@@ -516,9 +520,7 @@ Result<TemplateRecord> Controller::DebianBase(const std::string& name,
     record = std::move(*inserted);
 
     spdlog::info("template {}: making it with mmdebstrap from {}", name, images_.debian_mirror);
-    log(api::RenderBaseEvent(name, "making " + name + " with mmdebstrap from " +
-                                       images_.debian_mirror,
-                             std::chrono::system_clock::now()));
+    log({api::BaseEvent{name, "making " + name + " with mmdebstrap from " + images_.debian_mirror}});
     LayerPin pin(*this);
     images::DebianOptions options;
     options.suite = suite;
@@ -527,8 +529,7 @@ Result<TemplateRecord> Controller::DebianBase(const std::string& name,
       return images::MakeDebianRoot(
           options, dir,
           [&](std::string_view line) {
-            log(api::RenderOutputEvent(false, std::string(line) + "\n",
-                                       std::chrono::system_clock::now()));
+            log({api::OutputEvent{false, std::string(line) + "\n"}});
           },
           stopping);
     });
@@ -544,15 +545,14 @@ Result<TemplateRecord> Controller::DebianBase(const std::string& name,
     record.state = TemplateState::kReady;
     spdlog::info("template {}: ready (layer {}: {} files, {} bytes)", name, layer->digest,
                  layer->files, layer->bytes);
-    log(api::RenderBaseEvent(name, fmt::format("{} is ready: {} files, {} bytes", name,
-                                               layer->files, layer->bytes),
-                             std::chrono::system_clock::now()));
+    log({api::BaseEvent{name, fmt::format("{} is ready: {} files, {} bytes", name, layer->files,
+                                          layer->bytes)}});
     return store_.UpdateTemplate(record);
   }
 }
 
 Result<Controller::Base> Controller::ImportImage(const std::string& path,
-                                                 const std::function<void(std::string)>& log) {
+                                                 const std::function<void(api::Event)>& log) {
   if (images_.image_dir.empty()) {
     return Fail(ErrorCode::kPermissionDenied,
                 "this airlockd reads no image archives (image_dir is not set)");
@@ -567,8 +567,7 @@ Result<Controller::Base> Controller::ImportImage(const std::string& path,
     return Fail(ErrorCode::kPermissionDenied, "image archives are read from " +
                                                   images_.image_dir + " only, not from " + path);
   }
-  log(api::RenderBaseEvent(path, "importing the image archive " + path,
-                           std::chrono::system_clock::now()));
+  log({api::BaseEvent{path, "importing the image archive " + path}});
   images::ImageConfig config;
   auto layer = engines_.layers().ImportTree([&](const std::string& root) -> Status {
     auto unpacked = images::UnpackImage(resolved, root);
@@ -579,9 +578,8 @@ Result<Controller::Base> Controller::ImportImage(const std::string& path,
   if (!layer) return std::unexpected(layer.error().Wrap("importing " + path));
   spdlog::info("imported image {} ({}) as layer {}: {} files, {} bytes", path, config.digest,
                layer->digest, layer->files, layer->bytes);
-  log(api::RenderBaseEvent(path, fmt::format("imported {}: {} files, {} bytes", config.digest,
-                                             layer->files, layer->bytes),
-                           std::chrono::system_clock::now()));
+  log({api::BaseEvent{path, fmt::format("imported {}: {} files, {} bytes", config.digest,
+                                        layer->files, layer->bytes)}});
   Base base;
   base.layers = {layer->digest};
   base.root = api::kRootOwn;
@@ -631,7 +629,7 @@ Result<SandboxRecord> Controller::SnapshotSource(const std::string& id) {
                                                     std::string(SandboxStateName(source->state)) +
                                                     ", not running or paused");
   }
-  auto engine = EngineOf(*source);
+  auto engine = sandboxes_.EngineOf(*source);
   if (!engine) return std::unexpected(engine.error());
   if (source->layers.size() >= (*engine)->capabilities().max_layers) {
     return Fail(ErrorCode::kFailedPrecondition,

@@ -110,6 +110,16 @@ api::SandboxView ToView(const SandboxRecord& r) {
   return v;
 }
 
+// The next piece of a stream's body: its next events as NDJSON ("" when none came within a
+// second), nullopt after the last.
+std::optional<std::string> NextChunk(EventStream& stream) {
+  auto events = stream.Next();
+  if (!events) return std::nullopt;
+  std::string chunk;
+  for (const api::Event& event : *events) chunk += api::RenderEvent(event);
+  return chunk;
+}
+
 // {"events": [{"seq", "time", "kind", "name", "sni"?, "host"?, "dest"?, "port", "verdict",
 //  "rule", "reason", "bytes_up"?, "bytes_down"?}], "next_after", "has_more", "last_seq",
 //  "dropped", "trimmed"}
@@ -243,7 +253,7 @@ HttpReply Router::RenderMetrics() {
   for (const auto& [state, n] : *counts) by_state[std::string(store::SandboxStateName(state))] = n;
   auto pools = controller_.Pools();
   if (!pools) return ErrorReply(pools.error());
-  return Bytes(metrics_.Render(by_state, controller_.expired_total(), controller_.purged_total()) +
+  return Bytes(metrics_.Render(by_state, controller_.expiry().expired_total(), controller_.expiry().purged_total()) +
                    RenderPoolMetrics(*pools) + RenderVerdictMetrics(controller_.network_verdicts()),
                "text/plain; version=0.0.4; charset=utf-8");
 }
@@ -422,22 +432,22 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
       if (!exec) return ErrorReply(exec.error());
       if (exec->background) {
         auto started = Timed(metrics_, Metrics::Op::kExec,
-                             [&] { return controller_.StartBackground(id, *exec); });
+                             [&] { return controller_.exec().StartBackground(id, *exec); });
         if (!started) return ErrorReply(started.error());
         return {200, api::RenderProcess(ToProcessView(*started)), ""};
       }
       if (exec->stream) {
         auto started =
-            Timed(metrics_, Metrics::Op::kExec, [&] { return controller_.StartExec(id, *exec); });
+            Timed(metrics_, Metrics::Op::kExec, [&] { return controller_.exec().StartExec(id, *exec); });
         if (!started) return ErrorReply(started.error());
         HttpReply reply{200, "", ""};
         reply.content_type = "application/x-ndjson";
-        std::shared_ptr<ExecStream> stream = std::move(*started);
-        reply.next_chunk = [stream] { return stream->Next(); };
+        std::shared_ptr<EventStream> stream = std::move(*started);
+        reply.next_chunk = [stream] { return NextChunk(*stream); };
         return reply;
       }
       auto result =
-          Timed(metrics_, Metrics::Op::kExec, [&] { return controller_.Exec(id, *exec); });
+          Timed(metrics_, Metrics::Op::kExec, [&] { return controller_.exec().Exec(id, *exec); });
       if (!result) return ErrorReply(result.error());
       return {200, api::RenderExecResult(ToResultView(std::move(*result))), ""};
     }
@@ -477,11 +487,11 @@ HttpReply Router::Templates(const HttpRequest& request, const Caller& caller,
     if (create->stream) {
       HttpReply reply{200, "", ""};
       reply.content_type = "application/x-ndjson";
-      std::shared_ptr<ExecStream> stream = controller_.StartBuild(std::move(*create));
-      reply.next_chunk = [stream] { return stream->Next(); };
+      std::shared_ptr<EventStream> stream = controller_.StartBuild(std::move(*create));
+      reply.next_chunk = [stream] { return NextChunk(*stream); };
       return reply;
     }
-    auto built = controller_.BuildTemplate(*create, [](const std::string&) {});
+    auto built = controller_.BuildTemplate(*create, [](const api::Event&) {});
     if (!built) return ErrorReply(built.error());
     return {201, api::RenderTemplate(ToTemplateView(*built)), ""};
   }
@@ -633,7 +643,7 @@ HttpReply Router::Processes(const HttpRequest& request, const std::string& id,
   }
   if (rest.empty()) {  // .../processes
     if (method != "GET") return MethodNotAllowed(method, path, {"GET"});
-    auto all = controller_.ListProcesses(id);
+    auto all = controller_.exec().ListProcesses(id);
     if (!all) return ErrorReply(all.error());
     std::vector<api::ProcessView> views;
     for (const auto& p : *all) views.push_back(ToProcessView(p));
@@ -649,34 +659,34 @@ HttpReply Router::Processes(const HttpRequest& request, const std::string& id,
   auto parsed_pid = api::ParsePid(rest[0]);
   if (!parsed_pid) return ErrorReply(parsed_pid.error());
   const int32_t pid = *parsed_pid;
-  if (rest.size() == 1) return reply(controller_.GetProcess(id, pid));
+  if (rest.size() == 1) return reply(controller_.exec().GetProcess(id, pid));
   if (action == "signal") {
     auto req = api::SignalRequest::FromJson(request.body);
     if (!req) return ErrorReply(req.error());
-    return reply(controller_.SignalProcess(id, pid, req->signo));
+    return reply(controller_.exec().SignalProcess(id, pid, req->signo));
   }
   if (action == "stdin") {
     auto req = api::StdinRequest::FromJson(request.body);
     if (!req) return ErrorReply(req.error());
-    return reply(controller_.WriteProcessStdin(id, pid, req->data, req->close));
+    return reply(controller_.exec().WriteProcessStdin(id, pid, req->data, req->close));
   }
   if (action == "wait") {
     auto req = api::WaitRequest::FromJson(request.body);
     if (!req) return ErrorReply(req.error());
     const auto timeout = std::chrono::milliseconds(std::llround(req->timeout_seconds * 1000));
-    return reply(controller_.WaitProcess(id, pid, timeout));
+    return reply(controller_.exec().WaitProcess(id, pid, timeout));
   }
   // output
   auto params = api::ParseQueryString(raw_query);
   if (!params) return ErrorReply(params.error());
   auto query = api::OutputQuery::FromQuery(*params);
   if (!query) return ErrorReply(query.error());
-  auto stream = controller_.AttachOutput(id, pid, /*replay=*/true, query->follow);
+  auto stream = controller_.exec().AttachOutput(id, pid, /*replay=*/true, query->follow);
   if (!stream) return ErrorReply(stream.error());
   HttpReply out{200, "", ""};
   out.content_type = "application/x-ndjson";
-  std::shared_ptr<ExecStream> shared = std::move(*stream);
-  out.next_chunk = [shared] { return shared->Next(); };
+  std::shared_ptr<EventStream> shared = std::move(*stream);
+  out.next_chunk = [shared] { return NextChunk(*shared); };
   return out;
 }
 
@@ -722,23 +732,23 @@ HttpReply Router::Files(const HttpRequest& request, const std::string& id, std::
   HttpReply reply;
   switch (op) {
     case api::FileOp::kRead: {
-      auto data = controller_.ReadFile(id, *query);
+      auto data = controller_.files().ReadFile(id, *query);
       reply = data ? Bytes(std::move(*data), "application/octet-stream") : ErrorReply(data.error());
       break;
     }
     case api::FileOp::kWrite: {
-      auto info = controller_.WriteFile(id, *query, request.body);
+      auto info = controller_.files().WriteFile(id, *query, request.body);
       reply = info ? HttpReply{200, api::RenderFileEntry(ToEntry(*info)), ""}
                    : ErrorReply(info.error());
       break;
     }
     case api::FileOp::kDelete: {
-      auto st = controller_.DeleteFile(id, *query);
+      auto st = controller_.files().DeleteFile(id, *query);
       reply = st ? HttpReply{204, "", ""} : ErrorReply(st.error());
       break;
     }
     case api::FileOp::kList: {
-      auto entries = controller_.ListFiles(id, *query);
+      auto entries = controller_.files().ListFiles(id, *query);
       if (!entries) {
         reply = ErrorReply(entries.error());
         break;
@@ -749,18 +759,18 @@ HttpReply Router::Files(const HttpRequest& request, const std::string& id, std::
       break;
     }
     case api::FileOp::kMkdir: {
-      auto info = controller_.MakeDirectory(id, *query);
+      auto info = controller_.files().MakeDirectory(id, *query);
       reply = info ? HttpReply{201, api::RenderFileEntry(ToEntry(*info)), ""}
                    : ErrorReply(info.error());
       break;
     }
     case api::FileOp::kTarGet: {
-      auto tar = controller_.ReadTar(id, *query);
+      auto tar = controller_.files().ReadTar(id, *query);
       reply = tar ? Bytes(std::move(*tar), "application/x-tar") : ErrorReply(tar.error());
       break;
     }
     case api::FileOp::kTarPut: {
-      auto st = controller_.WriteTar(id, *query, request.body);
+      auto st = controller_.files().WriteTar(id, *query, request.body);
       reply = st ? HttpReply{204, "", ""} : ErrorReply(st.error());
       break;
     }

@@ -32,37 +32,51 @@ std::string AsMessage(std::string line) {
   return line;
 }
 
-// An ExecStream's events one at a time. A piece from ExecStream::Next may hold several NDJSON
-// lines (what had already arrived is read in one go); a WebSocket message carries one event.
-class EventLines {
+// A WebSocket message: one event, rendered as an NDJSON line without its newline.
+std::string Message(const api::Event& event) { return AsMessage(api::RenderEvent(event)); }
+
+// An EventStream's events one at a time (Next gives what had already arrived in one go); a
+// WebSocket message carries one event.
+class EventMessages {
  public:
-  explicit EventLines(std::unique_ptr<ExecStream> stream) : stream_(std::move(stream)) {}
+  explicit EventMessages(std::unique_ptr<EventStream> stream) : stream_(std::move(stream)) {}
 
   int32_t pid() const { return stream_->pid(); }
 
-  // As WsSession::Next: one event, "" when nothing came within about a second, nullopt at the
-  // end. Blocks.
-  std::optional<std::string> Next() {
-    if (lines_.empty()) {
-      std::optional<std::string> piece = stream_->Next();
-      if (!piece) return std::nullopt;
-      std::string_view rest = *piece;
-      while (!rest.empty()) {
-        const size_t nl = rest.find('\n');
-        if (nl != 0) lines_.emplace_back(rest.substr(0, nl));
-        if (nl == std::string_view::npos) break;
-        rest.remove_prefix(nl + 1);
-      }
-      if (lines_.empty()) return std::string();
+  // The next event, however long it takes; nullopt at the end. Blocks.
+  std::optional<api::Event> NextEvent() {
+    while (pending_.empty()) {
+      if (!Read()) return std::nullopt;
     }
-    std::string line = std::move(lines_.front());
-    lines_.pop_front();
-    return line;
+    return Pop();
+  }
+
+  // As WsSession::Next: one event's message, "" when nothing came within about a second,
+  // nullopt at the end. Blocks.
+  std::optional<std::string> Next() {
+    if (pending_.empty()) {
+      if (!Read()) return std::nullopt;
+      if (pending_.empty()) return std::string();
+    }
+    return Message(Pop());
   }
 
  private:
-  std::unique_ptr<ExecStream> stream_;
-  std::deque<std::string> lines_;
+  // False at the end of the stream.
+  bool Read() {
+    std::optional<std::vector<api::Event>> events = stream_->Next();
+    if (!events) return false;
+    for (api::Event& event : *events) pending_.push_back(std::move(event));
+    return true;
+  }
+  api::Event Pop() {
+    api::Event event = std::move(pending_.front());
+    pending_.pop_front();
+    return event;
+  }
+
+  std::unique_ptr<EventStream> stream_;
+  std::deque<api::Event> pending_;
 };
 
 // The input side of a session: client messages turned into ProcessControl calls. Not
@@ -190,7 +204,7 @@ class ExecWsSession final : public WsSession {
     // five minutes of a plain exec.
     if (!request->timeout_given) request->timeout_seconds = api::kMaxTimeoutSeconds;
     std::deque<std::string> events;
-    auto started = controller_.StartExec(id_, *request);
+    auto started = controller_.exec().StartExec(id_, *request);
     if (!started) {
       // The command could not start (paused sandbox, bad user...): that ends the session as a
       // streamed exec's error event ends its stream.
@@ -198,26 +212,19 @@ class ExecWsSession final : public WsSession {
       Publish(nullptr, std::move(events));
       return {};
     }
-    auto stream = std::make_unique<EventLines>(std::move(*started));
-    std::optional<std::string> first;
-    do {
-      first = stream->Next();
-    } while (first && first->empty());
+    auto stream = std::make_unique<EventMessages>(std::move(*started));
+    std::optional<api::Event> first = stream->NextEvent();
     if (!first) {
       Publish(std::move(stream), std::move(events));
       return {};
     }
     int32_t pid = stream->pid();
-    if (pid <= 0) {  // the start event names it too
-      const auto doc = nlohmann::json::parse(*first, nullptr, /*allow_exceptions=*/false);
-      if (doc.is_object() && doc.value("type", "") == "start" && doc.contains("pid") &&
-          doc["pid"].is_number_integer()) {
-        pid = doc["pid"].get<int32_t>();
-      }
+    if (auto* start = std::get_if<api::StartEvent>(&first->what); pid <= 0 && start) {
+      pid = start->pid;
     }
-    events.push_back(std::move(*first));
+    events.push_back(Message(*first));
     if (pid > 0) {
-      auto control = controller_.Control(id_, pid);
+      auto control = controller_.exec().Control(id_, pid);
       if (control) {
         input_.emplace(std::move(*control));
       } else if (control.error().code() != ErrorCode::kNotFound) {
@@ -233,7 +240,7 @@ class ExecWsSession final : public WsSession {
     return {};
   }
 
-  void Publish(std::unique_ptr<EventLines> stream, std::deque<std::string> events) {
+  void Publish(std::unique_ptr<EventMessages> stream, std::deque<std::string> events) {
     {
       std::lock_guard lock(mu_);
       if (started_) return;  // Next gave up waiting; dropping `stream` ends the command
@@ -252,7 +259,7 @@ class ExecWsSession final : public WsSession {
   std::condition_variable started_cv_;
   bool started_ = false;             // guarded by mu_
   std::deque<std::string> early_;    // guarded by mu_: events read by Start, sent first
-  std::unique_ptr<EventLines> events_;  // set by Publish, then Next's alone
+  std::unique_ptr<EventMessages> events_;  // set by Publish, then Next's alone
 
   std::mutex input_mu_;  // Inputs in order, one at a time (ProcessControl is not thread-safe)
   std::optional<ProcessInput> input_;  // guarded by input_mu_; empty until the first message
@@ -262,7 +269,7 @@ class ExecWsSession final : public WsSession {
 // attachment. Destroying it detaches both; the process runs on.
 class AttachWsSession final : public WsSession {
  public:
-  AttachWsSession(std::unique_ptr<ExecStream> output, std::unique_ptr<ProcessControl> control)
+  AttachWsSession(std::unique_ptr<EventStream> output, std::unique_ptr<ProcessControl> control)
       : output_(std::move(output)), input_(std::move(control)) {}
 
   std::optional<std::string> Next() override { return output_.Next(); }
@@ -273,7 +280,7 @@ class AttachWsSession final : public WsSession {
   }
 
  private:
-  EventLines output_;
+  EventMessages output_;
   std::mutex input_mu_;
   ProcessInput input_;  // guarded by input_mu_
 };
@@ -281,7 +288,7 @@ class AttachWsSession final : public WsSession {
 }  // namespace
 
 std::string ErrorEventMessage(const Error& error) {
-  return AsMessage(api::RenderErrorEvent(error, std::chrono::system_clock::now()));
+  return Message({api::ErrorEvent{error}});
 }
 
 bool IsWebSocketPath(std::string_view path) {
@@ -360,9 +367,9 @@ std::expected<std::unique_ptr<WsSession>, HttpReply> Router::Upgrade(const HttpR
     }
     session = std::make_unique<ExecWsSession>(controller_, id);
   } else {
-    auto output = controller_.AttachOutput(id, *pid, replay, /*follow=*/true);
+    auto output = controller_.exec().AttachOutput(id, *pid, replay, /*follow=*/true);
     if (!output) return refuse_error(output.error());
-    auto control = controller_.Control(id, *pid);
+    auto control = controller_.exec().Control(id, *pid);
     std::unique_ptr<ProcessControl> input;
     if (control) {
       input = std::move(*control);

@@ -73,7 +73,7 @@ class ControllerTest : public ::testing::Test {
   std::string Run(const std::string& id, const std::string& cmd) {
     api::ExecRequest exec;
     exec.cmd = cmd;
-    auto r = controller_->Exec(id, exec);
+    auto r = controller_->exec().Exec(id, exec);
     EXPECT_TRUE(r) << (r ? "" : r.error().message());
     return r ? r->stdout_data : "";
   }
@@ -93,9 +93,9 @@ TEST_F(ControllerTest, ASandboxIsMadeRunsAndGoesOnItsEngine) {
   // Files: a relative path is the user's home (docs/design/guest.md).
   api::FileQuery q;
   q.path = "notes.txt";
-  ASSERT_TRUE(controller_->WriteFile(r.id, q, "kept"));
+  ASSERT_TRUE(controller_->files().WriteFile(r.id, q, "kept"));
   q.path = "/home/user/notes.txt";
-  EXPECT_EQ(controller_->ReadFile(r.id, q).value_or(""), "kept");
+  EXPECT_EQ(controller_->files().ReadFile(r.id, q).value_or(""), "kept");
   ASSERT_TRUE(controller_->Destroy(r.id));
   EXPECT_EQ(controller_->Get(r.id).error().code(), ErrorCode::kNotFound);
   auto engine = registry_->Get("fake");
@@ -146,7 +146,7 @@ TEST_F(ControllerTest, ASnapshotAndAForkCarryTheFileSystemOnTheSameEngine) {
   store::SandboxRecord r = Create();
   api::FileQuery q;
   q.path = "/home/user/made-here";
-  ASSERT_TRUE(controller_->WriteFile(r.id, q, "by the source"));
+  ASSERT_TRUE(controller_->files().WriteFile(r.id, q, "by the source"));
   api::SnapshotRequest snap;
   snap.name = "snap";
   auto t = controller_->Snapshot(r.id, snap);
@@ -155,7 +155,7 @@ TEST_F(ControllerTest, ASnapshotAndAForkCarryTheFileSystemOnTheSameEngine) {
   from.template_name = "snap";
   store::SandboxRecord child = Create(from);
   EXPECT_EQ(child.engine, "fake") << "a snapshot's sandboxes go on its engine";
-  EXPECT_EQ(controller_->ReadFile(child.id, q).value_or(""), "by the source");
+  EXPECT_EQ(controller_->files().ReadFile(child.id, q).value_or(""), "by the source");
   api::ForkRequest fork;
   fork.count = 2;
   auto forked = controller_->Fork(r.id, fork);
@@ -163,7 +163,7 @@ TEST_F(ControllerTest, ASnapshotAndAForkCarryTheFileSystemOnTheSameEngine) {
   ASSERT_EQ(forked->sandboxes.size(), 2u);
   for (const auto& f : forked->sandboxes) {
     EXPECT_EQ(f.engine, "fake");
-    EXPECT_EQ(controller_->ReadFile(f.id, q).value_or(""), "by the source");
+    EXPECT_EQ(controller_->files().ReadFile(f.id, q).value_or(""), "by the source");
   }
 }
 
@@ -199,7 +199,7 @@ TEST_F(ControllerTest, ARestartWithoutASandboxsEngineLeavesItAsItWas) {
   EXPECT_EQ(record->state, store::SandboxState::kRunning);
   api::ExecRequest exec;
   exec.cmd = "true";
-  auto refused = controller_->Exec(kept.id, exec);
+  auto refused = controller_->exec().Exec(kept.id, exec);
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().code(), ErrorCode::kFailedPrecondition);
   EXPECT_NE(refused.error().message().find("other"), std::string::npos)
@@ -214,11 +214,11 @@ TEST_F(ControllerTest, TheReaperDestroysASandboxAtItsTtl) {
   api::CreateSandboxRequest short_lived;
   short_lived.ttl_seconds = 1;
   store::SandboxRecord r = Create(short_lived);
-  EXPECT_EQ(controller_->ReapExpired(), 0) << "not yet";
+  EXPECT_EQ(controller_->expiry().ReapExpired(), 0) << "not yet";
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
-  EXPECT_EQ(controller_->ReapExpired(), 1);
+  EXPECT_EQ(controller_->expiry().ReapExpired(), 1);
   EXPECT_EQ(controller_->Get(r.id).error().code(), ErrorCode::kNotFound);
-  EXPECT_EQ(controller_->expired_total(), 1u);
+  EXPECT_EQ(controller_->expiry().expired_total(), 1u);
 }
 
 }  // namespace

@@ -1,0 +1,483 @@
+#include "daemon/server/exec_service.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <utility>
+
+namespace airlock::daemon {
+namespace {
+
+// `sandbox_env` first, so that the request's env wins as it does over the agent's own.
+protocol::Exec ToProtocolExec(const api::ExecRequest& request, std::vector<std::string> sandbox_env,
+                              std::string sandbox_cwd) {
+  protocol::Exec exec;
+  if (request.is_shell()) {
+    exec.shell = request.cmd;
+  } else {
+    exec.argv = request.argv;
+  }
+  exec.cwd = request.cwd.empty() ? std::move(sandbox_cwd) : request.cwd;
+  exec.env = std::move(sandbox_env);
+  for (std::string& kv : api::EnvList(request.env)) exec.env.push_back(std::move(kv));
+  exec.user = request.user;
+  exec.stdin_mode = request.stdin_data.empty() && !request.stdin_open ? protocol::StdinMode::kNull
+                                                                      : protocol::StdinMode::kPipe;
+  exec.timeout_ms =
+      std::max<uint64_t>(1, static_cast<uint64_t>(std::llround(request.timeout_seconds * 1000)));
+  // A background command has no timeout unless the request gives one.
+  if (request.background && !request.timeout_given) exec.timeout_ms = 0;
+  exec.background = request.background;
+  if (request.pty) {
+    exec.pty = true;
+    exec.pty_cols = request.pty->cols;
+    exec.pty_rows = request.pty->rows;
+  }
+  return exec;
+}
+
+// How long one wait on the agent may be before a silent channel counts as broken.
+constexpr auto kForever = std::chrono::hours(24 * 365);
+
+}  // namespace
+
+api::ExecResultView ToResultView(protocol::ExecResult result) {
+  api::ExecResultView view;
+  view.exit_code = result.exit.exit_code;
+  view.signal = result.exit.term_signal;
+  view.stdout_bytes = std::move(result.stdout_data);
+  view.stderr_bytes = std::move(result.stderr_data);
+  view.duration_ms = result.exit.duration_us / 1000;
+  view.timed_out = result.exit.timed_out;
+  view.oom_killed = result.exit.oom_killed;
+  view.truncated = result.exit.truncated;
+  return view;
+}
+
+Error ExecService::ExecError(const std::string& id, Error error) {
+  error = sandboxes_.Explain(id, std::move(error).Wrap("exec in " + id));
+  // The agent's "not found" / "permission denied" are about the command, its cwd or its
+  // user, not the sandbox: the caller must change the request (400), not look for the id.
+  if (error.code() == ErrorCode::kNotFound || error.code() == ErrorCode::kPermissionDenied) {
+    return Error(ErrorCode::kInvalidArgument, error.message());
+  }
+  return error;
+}
+
+Result<protocol::ExecResult> ExecService::Exec(const std::string& id,
+                                               const api::ExecRequest& request) {
+  auto channel = sandboxes_.Acquire(id);
+  if (!channel) return std::unexpected(channel.error());
+  protocol::Exec exec = ToProtocolExec(request, channel->sandbox_env(), channel->sandbox_cwd());
+  // The agent ends the command at its timeout (plus the kill grace); until then it may be
+  // silent for as long as it likes.
+  (*channel)->set_receive_timeout(std::chrono::milliseconds(exec.timeout_ms) +
+                                  std::chrono::seconds(30));
+  auto result = (*channel)->Exec(exec, request.stdin_data);
+  if (!result) return std::unexpected(ExecError(id, std::move(result.error())));
+  channel->Keep();
+  return result;
+}
+
+// The events of an exec stream or an attach stream.
+class ExecService::StreamingExec : public EventStream {
+ public:
+  StreamingExec(ExecService& service, std::string id, AgentChannel channel, uint32_t stream,
+                std::chrono::milliseconds silence_limit, int32_t pid, api::Event first, bool done)
+      : service_(service),
+        id_(std::move(id)),
+        channel_(std::move(channel)),
+        stream_(stream),
+        silence_limit_(silence_limit),
+        pid_(pid),
+        first_(std::move(first)),
+        done_(done) {}
+
+  int32_t pid() const override { return pid_; }
+
+  std::optional<std::vector<api::Event>> Next() override {
+    if (first_) {
+      std::vector<api::Event> events{std::move(*first_)};
+      first_.reset();
+      return events;
+    }
+    if (done_) return std::nullopt;
+    // Waits a second at a time, so that the server can check on its client between waits (an
+    // empty list sends nothing).
+    auto msg = channel_->NextFor(stream_, std::chrono::seconds(1));
+    if (!msg && msg.error().code() == ErrorCode::kDeadlineExceeded) {
+      silent_ += std::chrono::seconds(1);
+      if (silent_ < silence_limit_) return std::vector<api::Event>{};
+    }
+    silent_ = {};
+    std::vector<api::Event> events;
+    // Then whatever else has already arrived, up to a bound: one piece (one HTTP chunk, one
+    // trip between the worker pool and the IO thread) for many events when output is heavy.
+    constexpr size_t kMaxPiece = 1 << 20;
+    size_t bytes = 0;
+    while (true) {
+      bytes += Add(std::move(msg), events);
+      if (done_ || bytes >= kMaxPiece) break;
+      msg = channel_->NextFor(stream_, std::chrono::milliseconds(0));
+      if (!msg && msg.error().code() == ErrorCode::kDeadlineExceeded) break;
+    }
+    if (events.empty() && done_) return std::nullopt;  // an attachment's end without an event
+    return events;
+  }
+
+ private:
+  // Appends the event for `msg` (or for the failure to read one) to `out`; the output bytes it
+  // carries.
+  size_t Add(Result<protocol::Message> msg, std::vector<api::Event>& out) {
+    if (!msg) {
+      done_ = true;
+      out.push_back({api::ErrorEvent{service_.ExecError(id_, std::move(msg.error()))}});
+    } else if (auto* output = std::get_if<protocol::Output>(&*msg)) {
+      const size_t bytes = output->data.size();
+      out.push_back(
+          {api::OutputEvent{output->fd == protocol::OutputFd::kStdout, std::move(output->data)}});
+      return bytes;
+    } else if (auto* dropped = std::get_if<protocol::Dropped>(&*msg)) {
+      out.push_back({api::DroppedEvent{dropped->bytes}});
+    } else if (auto* exited = std::get_if<protocol::Exited>(&*msg)) {
+      done_ = true;
+      channel_.Keep();
+      out.push_back({api::ExitEvent{ToResultView({.exit = *exited})}});
+    } else if (std::holds_alternative<protocol::Done>(*msg)) {  // an attachment's replay ended
+      done_ = true;
+      channel_.Keep();
+    } else if (auto* error = std::get_if<protocol::ErrorMsg>(&*msg)) {
+      done_ = true;
+      Error e(error->code, error->message, error->sys_errno);
+      out.push_back({api::ErrorEvent{service_.ExecError(id_, std::move(e))}});
+    }
+    return 0;
+  }
+
+  ExecService& service_;
+  std::string id_;
+  AgentChannel channel_;
+  uint32_t stream_;
+  // The agent ends the command at its timeout; a channel silent for longer than that (plus a
+  // margin) is broken.
+  std::chrono::milliseconds silence_limit_;
+  std::chrono::milliseconds silent_{0};
+  int32_t pid_;
+  std::optional<api::Event> first_;  // handed over before anything read from the channel
+  bool done_;
+};
+
+Result<std::unique_ptr<EventStream>> ExecService::StartExec(const std::string& id,
+                                                            const api::ExecRequest& request) {
+  auto channel = sandboxes_.Acquire(id);
+  if (!channel) return std::unexpected(channel.error());
+  protocol::Exec exec = ToProtocolExec(request, channel->sandbox_env(), channel->sandbox_cwd());
+  // A stream holds nothing in the daemon (each piece waits for the client to take the last),
+  // so the output is not capped; a plain exec keeps the agent's default cap (16 MiB).
+  exec.output_cap = uint64_t{1} << 50;
+  const auto silence_limit =
+      exec.timeout_ms ? std::chrono::milliseconds(exec.timeout_ms) + std::chrono::seconds(30)
+                      : std::chrono::milliseconds(kForever);
+  auto stream = (*channel)->StartExec(exec);
+  if (!stream) return std::unexpected(ExecError(id, std::move(stream.error())));
+  if (exec.stdin_mode == protocol::StdinMode::kPipe) {
+    const std::string_view in = request.stdin_data;
+    for (size_t off = 0; off < in.size(); off += protocol::kMaxChunk) {
+      auto st = (*channel)->Send(
+          *stream, protocol::StdinData{std::string(in.substr(off, protocol::kMaxChunk))});
+      if (!st) return std::unexpected(ExecError(id, std::move(st.error())));
+    }
+    if (!request.stdin_open) {
+      if (auto st = (*channel)->Send(*stream, protocol::StdinClose{}); !st) {
+        return std::unexpected(ExecError(id, std::move(st.error())));
+      }
+    }
+  }
+  // The first answer: the pid, or why the command could not start (an error event, so that the
+  // stream still answers 200 like any command that ran and failed).
+  auto first = (*channel)->NextFor(*stream);
+  if (!first) return std::unexpected(ExecError(id, std::move(first.error())));
+  if (auto* started = std::get_if<protocol::Started>(&*first)) {
+    return std::make_unique<StreamingExec>(*this, id, std::move(*channel), *stream, silence_limit,
+                                           started->pid, api::Event{api::StartEvent{started->pid}},
+                                           false);
+  }
+  if (auto* error = std::get_if<protocol::ErrorMsg>(&*first)) {
+    Error e = ExecError(id, Error(error->code, error->message, error->sys_errno));
+    channel->Keep();
+    return std::make_unique<StreamingExec>(*this, id, std::move(*channel), *stream, silence_limit,
+                                           0, api::Event{api::ErrorEvent{std::move(e)}}, true);
+  }
+  return Fail(ErrorCode::kProtocol,
+              "the agent answered exec with " +
+                  std::string(protocol::MsgTypeName(protocol::TypeOf(*first))));
+}
+
+api::ProcessView ToProcessView(const protocol::ProcessInfo& info) {
+  const auto from_ms = [](int64_t ms) {
+    return std::chrono::system_clock::time_point(std::chrono::milliseconds(ms));
+  };
+  api::ProcessView view;
+  view.pid = info.pid;
+  view.command = info.command;
+  view.running = info.running;
+  view.background = info.background;
+  view.pty = info.pty;
+  view.stdin_open = info.stdin_open;
+  view.started_at = from_ms(info.started_unix_ms);
+  if (!info.running) {
+    view.ended_at = from_ms(info.ended_unix_ms);
+    view.exit = ToResultView({.exit = info.exit});
+  }
+  return view;
+}
+
+Error ExecService::ProcessError(const std::string& id, int32_t pid, Error error) {
+  return sandboxes_.Explain(id,
+                            std::move(error).Wrap("process " + std::to_string(pid) + " in " + id));
+}
+
+Result<protocol::ProcessInfo> ExecService::FindProcess(const std::string& id, AgentChannel& channel,
+                                                       int32_t pid) {
+  auto all = channel->ListProcesses();
+  if (!all) return std::unexpected(sandboxes_.Explain(id, std::move(all.error())));
+  // The running one with this pid, else the latest that had it.
+  const protocol::ProcessInfo* found = nullptr;
+  for (const auto& p : *all) {
+    if (p.pid == pid && (!found || p.running || !found->running)) found = &p;
+  }
+  if (!found) {
+    return Fail(ErrorCode::kNotFound, "no process " + std::to_string(pid) + " in " + id +
+                                          " (never started by the API, or forgotten)");
+  }
+  return *found;
+}
+
+Result<protocol::ProcessInfo> ExecService::StartBackground(const std::string& id,
+                                                           const api::ExecRequest& request) {
+  auto channel = sandboxes_.Acquire(id);
+  if (!channel) return std::unexpected(channel.error());
+  protocol::Exec exec = ToProtocolExec(request, channel->sandbox_env(), channel->sandbox_cwd());
+  auto stream = (*channel)->StartExec(exec);
+  if (!stream) return std::unexpected(ExecError(id, std::move(stream.error())));
+  auto first = (*channel)->NextFor(*stream);
+  if (!first) return std::unexpected(ExecError(id, std::move(first.error())));
+  if (auto* error = std::get_if<protocol::ErrorMsg>(&*first)) {
+    return std::unexpected(ExecError(id, Error(error->code, error->message, error->sys_errno)));
+  }
+  auto* started = std::get_if<protocol::Started>(&*first);
+  if (!started) return Fail(ErrorCode::kProtocol, "the agent did not answer exec with started");
+  const int32_t pid = started->pid;
+  if (!request.stdin_data.empty() ||
+      (exec.stdin_mode == protocol::StdinMode::kPipe && !request.stdin_open)) {
+    auto attached = (*channel)->Attach({.pid = pid});
+    if (!attached) return std::unexpected(ProcessError(id, pid, std::move(attached.error())));
+    const uint32_t s = attached->first;
+    for (size_t off = 0; off < request.stdin_data.size(); off += protocol::kMaxChunk) {
+      auto st = (*channel)->Send(
+          s, protocol::StdinData{request.stdin_data.substr(off, protocol::kMaxChunk)});
+      if (!st) return std::unexpected(ProcessError(id, pid, std::move(st.error())));
+    }
+    if (!request.stdin_open) {
+      if (auto st = (*channel)->Send(s, protocol::StdinClose{}); !st) {
+        return std::unexpected(ProcessError(id, pid, std::move(st.error())));
+      }
+    }
+    if (auto end = (*channel)->Detach(s); !end) {
+      return std::unexpected(ProcessError(id, pid, std::move(end.error())));
+    }
+  }
+  auto info = FindProcess(id, *channel, pid);
+  if (info) channel->Keep();
+  return info;
+}
+
+Result<std::vector<protocol::ProcessInfo>> ExecService::ListProcesses(const std::string& id) {
+  auto channel = sandboxes_.Acquire(id);
+  if (!channel) return std::unexpected(channel.error());
+  auto all = (*channel)->ListProcesses();
+  if (!all) return std::unexpected(sandboxes_.Explain(id, std::move(all.error())));
+  channel->Keep();
+  return all;
+}
+
+Result<protocol::ProcessInfo> ExecService::GetProcess(const std::string& id, int32_t pid) {
+  auto channel = sandboxes_.Acquire(id);
+  if (!channel) return std::unexpected(channel.error());
+  auto info = FindProcess(id, *channel, pid);
+  if (info || info.error().code() == ErrorCode::kNotFound) channel->Keep();
+  return info;
+}
+
+Result<protocol::ProcessInfo> ExecService::ControlOnce(
+    const std::string& id, int32_t pid,
+    const std::function<Result<std::optional<protocol::Exited>>(
+        AgentChannel&, uint32_t, const protocol::Attached&)>& action) {
+  auto channel = sandboxes_.Acquire(id);
+  if (!channel) return std::unexpected(channel.error());
+  // The entry as it was, for when the process is gone from the table afterwards (a foreground
+  // command leaves it as it ends).
+  auto before = FindProcess(id, *channel, pid);
+  if (!before) {
+    if (before.error().code() == ErrorCode::kNotFound) channel->Keep();
+    return before;
+  }
+  auto attached = (*channel)->Attach({.pid = pid});
+  if (!attached) return std::unexpected(ProcessError(id, pid, std::move(attached.error())));
+  auto ended = action(*channel, attached->first, attached->second);
+  if (!ended) {
+    // The attachment may still be open: the channel is not reused.
+    return std::unexpected(ProcessError(id, pid, std::move(ended.error())));
+  }
+  std::optional<protocol::Exited> exited = *ended;
+  if (!exited) {
+    auto end = (*channel)->Detach(attached->first);
+    if (!end) return std::unexpected(ProcessError(id, pid, std::move(end.error())));
+    if (auto* e = std::get_if<protocol::Exited>(&*end)) exited = *e;
+  }
+  auto after = FindProcess(id, *channel, pid);
+  if (after || after.error().code() == ErrorCode::kNotFound) channel->Keep();
+  if (after || after.error().code() != ErrorCode::kNotFound) return after;
+  if (exited) {
+    before->running = false;
+    before->stdin_open = false;
+    before->exit = *exited;
+    before->ended_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count();
+  }
+  return before;
+}
+
+Result<protocol::ProcessInfo> ExecService::SignalProcess(const std::string& id, int32_t pid,
+                                                         int signo) {
+  return ControlOnce(id, pid,
+                     [&](AgentChannel& channel, uint32_t stream,
+                         const protocol::Attached&) -> Result<std::optional<protocol::Exited>> {
+                       if (auto st = channel->Send(stream, protocol::Signal{signo}); !st) {
+                         return std::unexpected(st.error());
+                       }
+                       return std::nullopt;
+                     });
+}
+
+Result<protocol::ProcessInfo> ExecService::WriteProcessStdin(const std::string& id, int32_t pid,
+                                                             std::string_view data, bool close) {
+  return ControlOnce(
+      id, pid,
+      [&](AgentChannel& channel, uint32_t stream,
+          const protocol::Attached& info) -> Result<std::optional<protocol::Exited>> {
+        if (!info.stdin_open) {
+          return Fail(ErrorCode::kFailedPrecondition,
+                      info.running ? "its stdin is not open (start it with \"stdin_open\": true, "
+                                     "or it was closed)"
+                                   : "it has exited");
+        }
+        for (size_t off = 0; off < data.size(); off += protocol::kMaxChunk) {
+          auto st = channel->Send(
+              stream, protocol::StdinData{std::string(data.substr(off, protocol::kMaxChunk))});
+          if (!st) return std::unexpected(st.error());
+        }
+        if (close) {
+          if (auto st = channel->Send(stream, protocol::StdinClose{}); !st) {
+            return std::unexpected(st.error());
+          }
+        }
+        return std::nullopt;
+      });
+}
+
+Result<protocol::ProcessInfo> ExecService::WaitProcess(const std::string& id, int32_t pid,
+                                                       std::chrono::milliseconds timeout) {
+  return ControlOnce(
+      id, pid,
+      [&](AgentChannel& channel, uint32_t stream,
+          const protocol::Attached& info) -> Result<std::optional<protocol::Exited>> {
+        // An attachment to an exited process ends at once with its kExited.
+        auto msg =
+            channel->NextFor(stream, info.running ? timeout : std::chrono::milliseconds(60000));
+        if (!msg && msg.error().code() == ErrorCode::kDeadlineExceeded) {
+          return std::nullopt;  // still running
+        }
+        if (!msg) return std::unexpected(msg.error());
+        if (auto* error = std::get_if<protocol::ErrorMsg>(&*msg)) {
+          return std::unexpected(protocol::FromErrorMsg(*error));
+        }
+        auto* exited = std::get_if<protocol::Exited>(&*msg);
+        if (!exited) {
+          return Fail(ErrorCode::kProtocol,
+                      "unexpected " + std::string(protocol::MsgTypeName(protocol::TypeOf(*msg))) +
+                          " on an attachment without output");
+        }
+        return *exited;
+      });
+}
+
+Result<std::unique_ptr<EventStream>> ExecService::AttachOutput(const std::string& id, int32_t pid,
+                                                               bool replay, bool follow) {
+  auto channel = sandboxes_.Acquire(id);
+  if (!channel) return std::unexpected(channel.error());
+  auto attached = (*channel)->Attach(
+      {.pid = pid,
+       .output = replay ? protocol::AttachOutput::kReplay : protocol::AttachOutput::kLive,
+       .follow = follow});
+  if (!attached) return std::unexpected(ProcessError(id, pid, std::move(attached.error())));
+  return std::make_unique<StreamingExec>(*this, id, std::move(*channel), attached->first,
+                                         std::chrono::milliseconds(kForever), pid,
+                                         api::Event{api::StartEvent{pid}}, false);
+}
+
+class ExecService::AttachedControl final : public ProcessControl {
+ public:
+  AttachedControl(AgentChannel channel, uint32_t stream, protocol::Attached info)
+      : channel_(std::move(channel)), stream_(stream), info_(info) {}
+  const protocol::Attached& info() const override { return info_; }
+  Status WriteStdin(std::string_view data) override {
+    if (!info_.stdin_open) {
+      return Fail(ErrorCode::kFailedPrecondition,
+                  "the stdin of process " + std::to_string(info_.pid) + " is not open");
+    }
+    for (size_t off = 0; off < data.size(); off += protocol::kMaxChunk) {
+      auto st = channel_->Send(
+          stream_, protocol::StdinData{std::string(data.substr(off, protocol::kMaxChunk))});
+      if (!st) return st;
+    }
+    return {};
+  }
+  Status CloseStdin() override {
+    if (!info_.stdin_open) return {};
+    info_.stdin_open = false;
+    return channel_->Send(stream_, protocol::StdinClose{});
+  }
+  Status Signal(int signo) override {
+    if (signo < 1 || signo > 64) {
+      return Fail(ErrorCode::kInvalidArgument, "signal " + std::to_string(signo) + " is not 1..64");
+    }
+    return channel_->Send(stream_, protocol::Signal{signo});
+  }
+  Status Resize(uint16_t cols, uint16_t rows) override {
+    if (!info_.pty) {
+      return Fail(ErrorCode::kFailedPrecondition,
+                  "process " + std::to_string(info_.pid) + " has no terminal");
+    }
+    if (cols == 0 || rows == 0) {
+      return Fail(ErrorCode::kInvalidArgument, "terminal size must be non-zero");
+    }
+    return channel_->Send(stream_, protocol::Resize{rows, cols});
+  }
+
+ private:
+  AgentChannel channel_;  // dropped with the object: closing it detaches
+  uint32_t stream_;
+  protocol::Attached info_;
+};
+
+Result<std::unique_ptr<ProcessControl>> ExecService::Control(const std::string& id, int32_t pid) {
+  auto channel = sandboxes_.Acquire(id);
+  if (!channel) return std::unexpected(channel.error());
+  auto attached = (*channel)->Attach({.pid = pid});
+  if (!attached) return std::unexpected(ProcessError(id, pid, std::move(attached.error())));
+  return std::make_unique<AttachedControl>(std::move(*channel), attached->first, attached->second);
+}
+
+}  // namespace airlock::daemon

@@ -1,0 +1,98 @@
+#include "daemon/server/expiry.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "common/log.h"
+
+namespace airlock::daemon {
+namespace {
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+void Expiry::Start(std::chrono::milliseconds period) {
+  thread_ = std::thread([this, period] {
+    const auto purge_every =
+        std::min<std::chrono::steady_clock::duration>(destroyed_keep_, std::chrono::minutes(1));
+    std::optional<std::chrono::steady_clock::time_point> purged;
+    std::unique_lock lock(mu_);
+    while (!stop_) {
+      lock.unlock();
+      // A pass that destroyed some took time (many expiring at once, as after a restart):
+      // others may have expired meanwhile, so the next pass comes at once.
+      while (ReapExpired() > 0 && !Stopping()) {
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (destroyed_keep_.count() > 0 && (!purged || now - *purged >= purge_every)) {
+        PurgeDestroyed();
+        purged = now;
+      }
+      lock.lock();
+      cv_.wait_for(lock, period, [this] { return stop_; });
+    }
+  });
+}
+
+bool Expiry::Stopping() {
+  std::lock_guard lock(mu_);
+  return stop_;
+}
+
+void Expiry::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+int Expiry::ReapExpired() {
+  auto ids = store_.Expired(NowMs());
+  if (!ids) {
+    spdlog::error("ttl: {}", ids.error().message());
+    return 0;
+  }
+  int destroyed = 0;
+  for (const std::string& id : *ids) {
+    auto record = store_.Get(id);
+    // A create in progress is left to finish; its deadline is checked again on the next pass.
+    if (!record || record->state == store::SandboxState::kCreating) continue;
+    if (auto st = destroy_(id); !st) {
+      // A delete that won the race is not an error.
+      if (st.error().code() != ErrorCode::kNotFound &&
+          st.error().code() != ErrorCode::kFailedPrecondition) {
+        spdlog::error("ttl: {}", st.error().message());
+      }
+      continue;
+    }
+    spdlog::info("ttl: {} expired and was destroyed", id);
+    ++destroyed;
+    ++expired_total_;
+  }
+  return destroyed;
+}
+
+int64_t Expiry::PurgeDestroyed() {
+  if (destroyed_keep_.count() <= 0) return 0;
+  auto purged = store_.PurgeDestroyed(
+      NowMs() - std::chrono::duration_cast<std::chrono::milliseconds>(destroyed_keep_).count());
+  if (!purged) {
+    spdlog::error("purging destroyed records: {}", purged.error().message());
+    return 0;
+  }
+  if (*purged > 0) {
+    spdlog::info("purged {} destroyed sandbox record(s) older than {} s", *purged,
+                 destroyed_keep_.count());
+    purged_total_ += static_cast<uint64_t>(*purged);
+  }
+  return *purged;
+}
+
+}  // namespace airlock::daemon

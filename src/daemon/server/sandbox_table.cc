@@ -1,0 +1,159 @@
+#include "daemon/server/sandbox_table.h"
+
+#include <chrono>
+#include <utility>
+
+#include "common/build_id.h"
+
+namespace airlock::daemon {
+namespace {
+
+using store::SandboxRecord;
+using store::SandboxState;
+
+// Idle agent channels kept per sandbox; more are opened while more commands run at once.
+constexpr size_t kMaxIdleChannels = 4;
+const SandboxState kRunningOnly[] = {SandboxState::kRunning};
+
+}  // namespace
+
+Error SandboxNotFound(const std::string& id) {
+  return Error(ErrorCode::kNotFound, "sandbox " + id + " does not exist");
+}
+
+AgentChannel::AgentChannel(std::shared_ptr<HeldSandbox> held, protocol::BlockingClient client)
+    : held_(std::move(held)), client_(std::move(client)) {
+  client_->set_receive_timeout(std::chrono::seconds(60));
+}
+
+std::vector<std::string> AgentChannel::sandbox_env() const {
+  std::lock_guard lock(held_->channels_mu);
+  return held_->env;
+}
+
+std::string AgentChannel::sandbox_cwd() const {
+  std::lock_guard lock(held_->channels_mu);
+  return held_->cwd;
+}
+
+void AgentChannel::Keep() {
+  std::lock_guard lock(held_->channels_mu);
+  if (held_->idle.size() < kMaxIdleChannels) held_->idle.push_back(std::move(*client_));
+  client_.reset();
+}
+
+std::shared_ptr<HeldSandbox> SandboxTable::Find(const std::string& id) {
+  std::lock_guard lock(mu_);
+  auto it = held_.find(id);
+  return it == held_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<HeldSandbox> SandboxTable::Hold(const std::string& id, runtime::Engine* engine,
+                                                std::vector<std::string> env, std::string cwd,
+                                                std::optional<protocol::BlockingClient> first) {
+  auto held = std::make_shared<HeldSandbox>();
+  held->engine = engine;
+  held->env = std::move(env);
+  held->cwd = std::move(cwd);
+  if (first) held->idle.push_back(std::move(*first));
+  std::lock_guard lock(mu_);
+  held_[id] = held;
+  return held;
+}
+
+void SandboxTable::Release(const std::string& id) {
+  std::lock_guard lock(mu_);
+  held_.erase(id);
+}
+
+std::vector<std::string> SandboxTable::Ids() {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> ids;
+  for (const auto& [id, held] : held_) ids.push_back(id);
+  return ids;
+}
+
+Result<runtime::Engine*> SandboxTable::EngineOf(const SandboxRecord& record) {
+  if (std::shared_ptr<HeldSandbox> held = Find(record.id)) return held->engine;
+  return engines_.Get(record.engine);
+}
+
+Result<runtime::Engine*> SandboxTable::EngineOf(const std::string& id) {
+  if (std::shared_ptr<HeldSandbox> held = Find(id)) return held->engine;
+  auto record = store_.Get(id);
+  if (!record) return std::unexpected(record.error());
+  return engines_.Get(record->engine);
+}
+
+Error SandboxTable::NotHeld(const SandboxRecord& record) const {
+  // Its engine is unavailable (recovery left it as it was), or it is another daemon's.
+  if (auto engine = engines_.Get(record.engine); !engine) {
+    return Error(ErrorCode::kFailedPrecondition,
+                 "sandbox " + record.id + " runs on the " + record.engine +
+                     " engine, which this airlockd cannot use now: " + engine.error().message());
+  }
+  return Error(ErrorCode::kUnavailable, "sandbox " + record.id + " is not held by this daemon");
+}
+
+Result<SandboxRecord> SandboxTable::Visible(const std::string& id) {
+  auto record = store_.Get(id);
+  // A pooled sandbox belongs to no one until it is claimed.
+  if (record && (record->state == SandboxState::kDestroyed || record->pooled)) {
+    return std::unexpected(SandboxNotFound(id));
+  }
+  if (!record && record.error().code() == ErrorCode::kNotFound) {
+    return std::unexpected(SandboxNotFound(id));
+  }
+  return record;
+}
+
+Result<AgentChannel> SandboxTable::Acquire(const std::string& id, bool allow_pooled) {
+  auto record = allow_pooled ? store_.Get(id) : Visible(id);
+  if (!record) return std::unexpected(record.error());
+  if (auto st = store::RequireState(id, record->state, kRunningOnly); !st) {
+    return std::unexpected(st.error());
+  }
+  std::shared_ptr<HeldSandbox> held = Find(id);
+  if (!held) return std::unexpected(NotHeld(*record));
+  return ChannelTo(id, std::move(held));
+}
+
+Result<AgentChannel> SandboxTable::ChannelTo(const std::string& id,
+                                             std::shared_ptr<HeldSandbox> held) {
+  {
+    std::lock_guard lock(held->channels_mu);
+    if (!held->idle.empty()) {
+      protocol::BlockingClient client = std::move(held->idle.back());
+      held->idle.pop_back();
+      return AgentChannel(held, std::move(client));
+    }
+  }
+  auto fd = held->engine->ConnectAgent(id);
+  if (!fd) return std::unexpected(Explain(id, std::move(fd.error())));
+  auto client =
+      protocol::BlockingClient::Connect(std::move(*fd), std::string("airlockd ") + kBuildId);
+  if (!client) {
+    return std::unexpected(Explain(id, client.error().Wrap("connecting to the agent of " + id)));
+  }
+  return AgentChannel(held, std::move(*client));
+}
+
+Status SandboxTable::WriteHeldFile(const std::string& id, std::shared_ptr<HeldSandbox> held,
+                                   const std::string& path, std::string_view data) {
+  auto channel = ChannelTo(id, std::move(held));
+  if (!channel) return std::unexpected(channel.error());
+  if (auto st = (*channel)->WriteFile(path, data, 0644, false); !st) return st;
+  channel->Keep();
+  return {};
+}
+
+Error SandboxTable::Explain(const std::string& id, Error error) {
+  auto now = Visible(id);
+  if (!now) return std::move(now.error());
+  if (auto st = store::RequireState(id, now->state, kRunningOnly); !st) {
+    return std::move(st.error());
+  }
+  return error;
+}
+
+}  // namespace airlock::daemon
