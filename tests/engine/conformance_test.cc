@@ -199,6 +199,65 @@ TEST_P(EngineConformance, AMemoryLimitHoldsFromTheCreate) {
   EXPECT_NE(big.stdout_data, "128\n") << "128 MiB in a 64 MiB sandbox";
 }
 
+// Forks until the kernel refuses; the count of children alive at once (each sleeps, then all
+// are killed).
+constexpr const char* kForkCount = R"(python3 -c '
+import os, signal
+kids = []
+for _ in range(100):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        signal.pause()
+        os._exit(0)
+    kids.append(pid)
+print(len(kids))
+for k in kids:
+    os.kill(k, signal.SIGKILL)
+')";
+
+TEST_P(EngineConformance, APidsLimitHoldsFromTheCreate) {
+  NEEDS(limits);
+  runtime::SandboxSpec spec;
+  spec.limits.pids_max = 24;
+  Box box = Make(spec);
+  Box control = Make();  // the default: 256
+  auto capped = Run(box, kForkCount);
+  auto free = Run(control, kForkCount);
+  EXPECT_EQ(free.stdout_data, "100\n") << "the control: 100 processes fit in 256; "
+                                       << free.stderr_data;
+  ASSERT_FALSE(capped.stdout_data.empty()) << capped.stderr_data;
+  EXPECT_LT(std::stoi(capped.stdout_data), 24) << "more processes than pids_max";
+  EXPECT_GT(std::stoi(capped.stdout_data), 0) << "the control: some forks succeed";
+}
+
+TEST_P(EngineConformance, ACpuQuotaHoldsFromTheCreate) {
+  NEEDS(limits);
+  runtime::SandboxSpec spec;
+  spec.limits.cpus = 0.25;
+  Box box = Make(spec);
+  // Two busy threads for 2 s of wall time: at most 0.5 s of CPU under a quarter of a core (plus
+  // a period's slack). Only the upper bound is held: a loaded host may give it less, never more.
+  auto r = Run(box, R"(python3 -c '
+import os, threading, time
+end = time.monotonic() + 2
+def spin():
+    while time.monotonic() < end:
+        pass
+ts = [threading.Thread(target=spin) for _ in range(2)]
+for t in ts: t.start()
+for t in ts: t.join()
+t = os.times()
+print(t.user + t.system)
+')");
+  ASSERT_FALSE(r.stdout_data.empty()) << r.stderr_data;
+  const double cpu = std::stod(r.stdout_data);
+  EXPECT_LT(cpu, 0.8) << "CPU seconds in 2 s under cpus=0.25";
+  EXPECT_GT(cpu, 0.05) << "the control: the loop ran";
+}
+
 TEST_P(EngineConformance, LimitsChangeOnALiveSandbox) {
   NEEDS(live_limits);
   Box box = Make();

@@ -18,6 +18,7 @@
 
 #include "runtime/jail/contain.h"
 #include "runtime/jail/posture.h"
+#include "runtime/registry.h"
 #include "security/report.h"
 #include "support/airlockd.h"
 #include "support/host_usr_canaries.h"
@@ -84,7 +85,11 @@ struct Canary {
   std::string name() const { return fs::path(path).filename(); }
 };
 
-class PayloadsTest : public ::testing::Test {
+// Every test runs once per engine of this build (runtime/engines.cc), on the same daemon: its
+// sandboxes are made with "engine" set. An engine the daemon lists as unavailable skips with the
+// daemon's reason; checks made from the host that only the jail can answer (its posture, its
+// agent's host pid) skip on the others, whose own posture checks come with them.
+class PayloadsTest : public ::testing::TestWithParam<std::string> {
  protected:
   static void SetUpTestSuite() {
     if (::geteuid() != 0) return;
@@ -103,7 +108,14 @@ class PayloadsTest : public ::testing::Test {
       start_error_ = new std::string(started.message());
       return;
     }
-    Report::Global().Note("engine: jail; kernel: " + Kernel());
+    Report::Global().Note("kernel: " + Kernel());
+    Reply engines = daemon_->Call(http::verb::get, "/v1/engines");
+    if (engines.status != 200) {
+      start_error_ = new std::string("GET /v1/engines: " + std::to_string(engines.status) + " " +
+                                     engines.body);
+      return;
+    }
+    engines_ = new json(engines.Json()["engines"]);
   }
   static void TearDownTestSuite() {
     if (daemon_ != nullptr) {
@@ -125,10 +137,25 @@ class PayloadsTest : public ::testing::Test {
     }
   }
   void SetUp() override {
-    if (::geteuid() != 0) GTEST_SKIP() << "needs root: the jail engine makes namespaces and cgroups";
+    engine_ = GetParam();
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root: airlockd makes namespaces and cgroups";
     ASSERT_EQ(start_error_, nullptr) << *start_error_;
     ASSERT_FALSE(payload_->empty()) << "no payload at " << AIRLOCK_PAYLOAD_PATH;
+    const json* listed = nullptr;
+    for (const json& e : *engines_) {
+      if (e.value("name", "") == engine_) listed = &e;
+    }
+    ASSERT_NE(listed, nullptr) << "airlockd does not list the " << engine_ << " engine";
+    if (!listed->value("available", false)) {
+      GTEST_SKIP() << "the " << engine_ << " engine is unavailable here: "
+                   << listed->value("reason", "");
+    }
+    Report::Global().Note("engine: " + engine_);
   }
+  // Checks made from the host that know the jail's layout (its agent is a host process in the
+  // sandbox's cgroup): another engine brings its own.
+  static constexpr const char* kJailOnly =
+      "this check reads the jail's processes from the host; another engine brings its own";
   void TearDown() override {
     for (const std::string& id : made_) {
       EXPECT_EQ(daemon_->Call(http::verb::delete_, "/v1/sandboxes/" + id).status, 204);
@@ -143,8 +170,9 @@ class PayloadsTest : public ::testing::Test {
   }
 
   // A new sandbox with the payload at /home/user/payload; deleted when the test ends.
-  std::string Make(const std::string& body = "{}") {
-    Reply r = daemon_->Call(http::verb::post, "/v1/sandboxes", body);
+  std::string Make(json body = json::object()) {
+    body["engine"] = engine_;
+    Reply r = daemon_->Call(http::verb::post, "/v1/sandboxes", body.dump());
     EXPECT_EQ(r.status, 201) << r.body;
     if (r.status != 201) return "";
     const std::string id = r.Json()["id"];
@@ -189,7 +217,7 @@ class PayloadsTest : public ::testing::Test {
                     const std::string& detail) {
     const bool canaries = CanariesIntact();
     Verdict v{klass, name, contained && canaries,
-              detail + (canaries ? "" : " [HOST CANARY CHANGED]")};
+              detail + (canaries ? "" : " [HOST CANARY CHANGED]"), engine_};
     EXPECT_TRUE(v.contained) << klass << ": " << name << ": " << v.detail;
     Report::Global().Add(std::move(v));
   }
@@ -230,12 +258,14 @@ class PayloadsTest : public ::testing::Test {
   static inline std::string* agent_fnv_ = nullptr;
   static inline Canary* canaries_ = nullptr;
   static inline Daemon* daemon_ = nullptr;
+  static inline json* engines_ = nullptr;  // GET /v1/engines' list
+  static inline std::string engine_;       // the engine of the test that runs
   std::vector<std::string> made_;
 };
 
 // ---------------------------------------------------------------------------------------------
 
-TEST_F(PayloadsTest, HostFiles) {
+TEST_P(PayloadsTest, HostFiles) {
   // In the host's /usr/local and /usr/src, which a sandbox does not see, and /usr/bin, which it
   // does (read-only): removed when the test ends, whatever its outcome.
   const testing::HostUsrCanaries usr;
@@ -304,7 +334,7 @@ TEST_F(PayloadsTest, HostFiles) {
   }
 }
 
-TEST_F(PayloadsTest, FdAndCwdLeaks) {
+TEST_P(PayloadsTest, FdAndCwdLeaks) {
   const std::string id = Make();
   const Canary& a = canaries_[0];
   // Processes to look at: background ones with a cwd of their own, as user and as root.
@@ -346,7 +376,7 @@ TEST_F(PayloadsTest, FdAndCwdLeaks) {
   }
 }
 
-TEST_F(PayloadsTest, ProcSelfExeOverwrite) {
+TEST_P(PayloadsTest, ProcSelfExeOverwrite) {
   const std::string id = Make();
   ASSERT_EQ(Fnv(Slurp(AIRLOCK_AGENT_PATH)), *agent_fnv_);
   // The payload scans every /proc/<pid>/exe for 3 s while commands start (each is the agent's
@@ -381,7 +411,7 @@ TEST_F(PayloadsTest, ProcSelfExeOverwrite) {
         "fnv " + after + " (before " + *agent_fnv_ + ")");
 }
 
-TEST_F(PayloadsTest, SeccompTable) {
+TEST_P(PayloadsTest, SeccompTable) {
   const std::string id = Make();
   // shared/SECURITY.md's table: the result each denied syscall must give.
   const std::vector<std::pair<std::string, std::string>> denied = {
@@ -486,7 +516,7 @@ TEST_F(PayloadsTest, SeccompTable) {
   }
 }
 
-TEST_F(PayloadsTest, NestedNamespaces) {
+TEST_P(PayloadsTest, NestedNamespaces) {
   const std::string id = Make();
   const std::string k = "nested namespaces";
   // unshare(1) as the sandbox's root: refused. On the host the same command works.
@@ -520,7 +550,7 @@ TEST_F(PayloadsTest, NestedNamespaces) {
   }
 }
 
-TEST_F(PayloadsTest, ProcfsAndSysfs) {
+TEST_P(PayloadsTest, ProcfsAndSysfs) {
   const std::string id = Make();
   const std::string k = "procfs / sysfs";
   const std::string core_pattern = Slurp("/proc/sys/kernel/core_pattern");
@@ -556,7 +586,8 @@ TEST_F(PayloadsTest, ProcfsAndSysfs) {
         Slurp("/proc/sys/kernel/core_pattern") == core_pattern, core_pattern);
 }
 
-TEST_F(PayloadsTest, OtherProcesses) {
+TEST_P(PayloadsTest, OtherProcesses) {
+  if (engine_ != "jail") GTEST_SKIP() << kJailOnly;
   const std::string a = Make();
   const std::string b = Make();
   const std::string k = "other processes";
@@ -621,7 +652,7 @@ TEST_F(PayloadsTest, OtherProcesses) {
             neighbour.Json().value("stdout", "") == "fine\n", neighbour.body);
 }
 
-TEST_F(PayloadsTest, TtyInjection) {
+TEST_P(PayloadsTest, TtyInjection) {
   const std::string id = Make();
   const std::string k = "TTY injection";
   // On a pty exec, stdin is the terminal: pushed input (byte 81, 'Q') would wait there to be
@@ -651,7 +682,7 @@ TEST_F(PayloadsTest, TtyInjection) {
   }
 }
 
-TEST_F(PayloadsTest, FileApi) {
+TEST_P(PayloadsTest, FileApi) {
   const std::string id = Make();
   const std::string k = "file API";
   const Canary& a = canaries_[0];
@@ -727,7 +758,7 @@ TEST_F(PayloadsTest, FileApi) {
             std::to_string(inside) + " read the sandbox's own file");
 }
 
-TEST_F(PayloadsTest, NoNetworkMode) {
+TEST_P(PayloadsTest, NoNetworkMode) {
   const std::string id = Make();
   const std::string k = "egress (no network)";
   // A sandbox made without a network has loopback only: nothing else is routable, and no packet
@@ -741,7 +772,8 @@ TEST_F(PayloadsTest, NoNetworkMode) {
         Succeeded(got["connectlo"]));
 }
 
-TEST_F(PayloadsTest, PostureAtCreateAndAfterExec) {
+TEST_P(PayloadsTest, PostureAtCreateAndAfterExec) {
+  if (engine_ != "jail") GTEST_SKIP() << kJailOnly;
   const std::string id = Make();
   const std::string other = Make();
   const pid_t other_agent = AgentPid(other);
@@ -785,7 +817,7 @@ TEST_F(PayloadsTest, PostureAtCreateAndAfterExec) {
 // documents (read from docs/api/openapi.yaml) and both WebSocket routes, must get exactly the
 // 404 of a sandbox that does not exist; A's sandbox must be untouched; B's list must not show it;
 // the admin-only routes refuse B. Controls: A's own call, and the admin's.
-TEST_F(PayloadsTest, Tenancy) {
+TEST_P(PayloadsTest, Tenancy) {
   using namespace airlock::testing;
   const std::string k = "tenancy";
   auto make_key = [](const std::string& name, const std::string& tenant) {
@@ -804,7 +836,8 @@ TEST_F(PayloadsTest, Tenancy) {
     return Http(daemon_->port(), verb, target, body, "Bearer " + key);
   };
 
-  Reply created = as(key_a, http::verb::post, "/v1/sandboxes", "{}");
+  Reply created =
+      as(key_a, http::verb::post, "/v1/sandboxes", json{{"engine", engine_}}.dump());
   ASSERT_EQ(created.status, 201) << created.body;
   const std::string victim = created.Json()["id"];
   made_.push_back(victim);  // deleted by the admin key at the end
@@ -898,6 +931,15 @@ TEST_F(PayloadsTest, Tenancy) {
   Judge(k, "positive control: the admin key lists keys", keys.status == 200,
         std::to_string(keys.status));
 }
+
+std::vector<std::string> EnginesOfThisBuild() {
+  std::vector<std::string> names;
+  for (const auto& e : runtime::RegisteredEngines()) names.emplace_back(e.name);
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, PayloadsTest, ::testing::ValuesIn(EnginesOfThisBuild()),
+                         [](const auto& param_info) { return param_info.param; });
 
 }  // namespace
 }  // namespace airlock::security

@@ -87,10 +87,12 @@ nlohmann::json Report::ToJson() const {
   out["verdicts"] = nlohmann::json::array();
   for (const auto& v : verdicts_) {
     breached += v.contained ? 0 : 1;
-    out["verdicts"].push_back({{"class", v.klass},
-                               {"name", v.name},
-                               {"verdict", v.contained ? "contained" : "BREACH"},
-                               {"detail", v.detail}});
+    nlohmann::json one = {{"class", v.klass},
+                          {"name", v.name},
+                          {"verdict", v.contained ? "contained" : "BREACH"},
+                          {"detail", v.detail}};
+    if (!v.engine.empty()) one["engine"] = v.engine;
+    out["verdicts"].push_back(std::move(one));
   }
   out["figures"] = nlohmann::json::array();
   for (const auto& f : figures_) {
@@ -116,7 +118,8 @@ std::string Report::ToMarkdown() const {
        << breached << " breached.\n\n";
     md << "| class | payload | verdict | observed |\n| --- | --- | --- | --- |\n";
     for (const auto& v : verdicts_) {
-      md << "| " << Cell(v.klass) << " | " << Cell(v.name) << " | "
+      const std::string name = v.engine.empty() ? v.name : v.name + " (" + v.engine + ")";
+      md << "| " << Cell(v.klass) << " | " << Cell(name) << " | "
          << (v.contained ? "contained" : "**BREACH**") << " | " << Cell(v.detail) << " |\n";
     }
     md << "\n";

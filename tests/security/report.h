@@ -22,6 +22,7 @@ struct Verdict {
   std::string name;    // what was tried, e.g. "read /etc/shadow"
   bool contained = false;  // the attack failed and the host canary is untouched
   std::string detail;  // what was observed: errno, exit code, bytes, counter values
+  std::string engine;  // the engine the payload ran on ("" when it is not about one)
 };
 
 // One measured number.

@@ -37,6 +37,21 @@ TEST(ReportTest, CountsVerdictsAndMarksBreaches) {
       << md;
 }
 
+TEST(ReportTest, AVerdictNamesItsEngine) {
+  Report report("suite");
+  report.Add(Verdict{"seccomp table", "unshare(CLONE_NEWUSER)", true, "EPERM", "gvisor"});
+  report.Add(Verdict{"tenancy", "B reads A's sandbox", true, "404"});
+  auto json = report.ToJson();
+  EXPECT_EQ(json["verdicts"][0]["engine"], "gvisor");
+  EXPECT_FALSE(json["verdicts"][1].contains("engine"));
+  auto md = report.ToMarkdown();
+  EXPECT_NE(md.find("| seccomp table | unshare(CLONE_NEWUSER) (gvisor) | contained | EPERM |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| tenancy | B reads A's sandbox | contained | 404 |"), std::string::npos)
+      << md;
+}
+
 TEST(ReportTest, MarkdownCellsCannotBreakTheTable) {
   Report report("suite");
   report.Add(Verdict{"file API", "a|b\nc", true, "x|y"});
