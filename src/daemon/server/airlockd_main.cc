@@ -316,8 +316,8 @@ int main(int argc, char** argv) {
                       recovered->orphans_removed);
   controller.expiry().SetDestroyedRetention(std::chrono::seconds(flags.destroyed_keep_seconds));
   controller.expiry().Start(std::chrono::seconds(1));
-  if (auto st = controller.ConfigurePools(flags.pools); !st) Die(st.error().message(), 2);
-  controller.StartPoolFiller();
+  if (auto st = controller.pools().Configure(flags.pools); !st) Die(st.error().message(), 2);
+  controller.pools().StartFiller();
   daemon::Router router(controller, **store, metrics, /*auth_required=*/!flags.no_auth);
   auto server = daemon::HttpServer::Listen(server_options, router);
   if (!server) Die(server.error().message());
@@ -331,7 +331,7 @@ int main(int argc, char** argv) {
 
   (*server)->Run();
   server->reset();
-  controller.StopPoolFiller();
+  controller.pools().StopFiller();
   controller.expiry().Stop();
   if (flags.on_shutdown == daemon::OnShutdown::kDestroy) {
     controller.DestroyAll();

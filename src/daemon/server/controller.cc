@@ -60,9 +60,22 @@ Result<runtime::Engine*> Controller::ChooseEngine(const std::string& requested,
   return engine;
 }
 
+PoolService::Lifecycle Controller::PoolLifecycle() {
+  return {
+      .create_pooled =
+          [this](const api::CreateSandboxRequest& request) {
+            return CreateSandbox(request, /*pooled=*/true);
+          },
+      .finish_destroy = [this](const std::string& id) { return FinishDestroy(id); },
+      .destroy = [this](const std::string& id) { return DestroySandbox(id, /*allow_pooled=*/true); },
+      .check_template = [this](const std::string& name) { return CheckTemplate(name); },
+      .detach_network = [this](const std::string& id) { DetachNetwork(id); },
+  };
+}
+
 Controller::~Controller() {
   JoinBuilds();
-  StopPoolFiller();
+  pools_.StopFiller();
   expiry_.Stop();
 }
 
@@ -255,7 +268,9 @@ Result<SandboxRecord> Controller::Create(const api::CreateSandboxRequest& reques
   auto resolved = ResolveTemplate(request);
   if (!resolved) return std::unexpected(resolved.error());
   auto made = [&] {
-    if (auto claimed = ClaimFromPool(*resolved)) return std::move(*claimed);
+    if (auto claimed = pools_.Claim(resolved->request, resolved->origin.engine)) {
+      return std::move(*claimed);
+    }
     return CreateSandbox(resolved->request, /*pooled=*/false, &resolved->origin);
   }();
   if (!made) return made;
@@ -305,7 +320,7 @@ Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest&
   if (networked) record.network = request.network.ToJson().dump();
   // A pooled sandbox's network namespace must exist before the engine makes it (the jail joins
   // it as it clones), so the pool's sandboxes are made linked but parked; a claim gives them the
-  // request's policy or takes the link away (ClaimFromPool).
+  // request's policy or takes the link away (PoolService::Claim).
   const bool linked = networked || (pooled && networks_ != nullptr);
   const std::string id = record.id;
   // The record exists before any resource does, so a crash during the create leaves a trace.
@@ -522,7 +537,7 @@ Result<SandboxRecord> Controller::Resume(const std::string& id) {
 }
 
 void Controller::DestroyAll() {
-  StopPoolFiller();
+  pools_.StopFiller();
   expiry_.Stop();
   JoinBuilds();
   for (const std::string& id : sandboxes_.Ids()) {

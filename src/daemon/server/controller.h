@@ -3,12 +3,13 @@
 // (docs/design/services.md). It writes the record before the engine acts, refuses calls that do
 // not fit the record's state (409 with the current state), reconciles the records with what the
 // engines find when the daemon starts (recovery, each record to its own engine), binds networks,
-// builds templates, takes snapshots and forks, and keeps the warm pools. What it composes:
+// builds templates, and takes snapshots and forks. What it composes:
 //   SandboxTable (sandbox_table.h)  the sandboxes held here, their engines and agent channels
 //   ExecService (exec_service.h)    commands and processes
 //   FileService (file_service.h)    files and tar streams
 //   Expiry (expiry.h)               the TTL reaper and the purge of destroyed records
-// The router calls the services through exec(), files() and expiry().
+//   PoolService (pool_service.h)    warm pools and their filler
+// The router calls the services through exec(), files(), expiry() and pools().
 //
 // Every method blocks (SQLite, the engine, the agent): call them from the daemon's worker pool,
 // never from an IO thread. Thread-safe. Requests arrive already validated (api/types.h).
@@ -33,6 +34,7 @@
 #include "daemon/server/file_service.h"
 #include "daemon/server/metrics.h"
 #include "daemon/server/network_event_log.h"
+#include "daemon/server/pool_service.h"
 #include "daemon/server/sandbox_table.h"
 #include "daemon/store/store.h"
 #include "protocol/client.h"
@@ -53,21 +55,6 @@ struct RecoveryReport {
   int unavailable = 0;      // records whose engine is unavailable: left as they were
 };
 
-// The key in a record's resources that says its agent started without the sandbox env (a
-// claimed pooled sandbox), so the controller sends the env with every command.
-inline constexpr const char* kEnvPerCommand = "env_per_command";
-// The key in a record's resources that holds its template's workdir: commands' default cwd.
-inline constexpr const char* kWorkdir = "workdir";
-// The metadata key that marks a template's build sandbox (its value: the template's name).
-inline constexpr const char* kBuildMetadataKey = "airlock.build";
-// The key in a record's resources that names the root under its layers when it is not
-// api::kRootHostUsr (a Debian or OCI image's root file system: api::kRootOwn).
-inline constexpr const char* kRoot = "root";
-// The keys in a record's resources that hold its network's slot and address.
-inline constexpr const char* kNetSlot = "net.slot";
-inline constexpr const char* kNetAddress = "net.address";
-inline constexpr const char* kNetAddress6 = "net.address6";
-
 // Where template bases that are not templates come from (airlockd.toml: image_dir,
 // debian_mirror).
 struct ImageSources {
@@ -84,12 +71,16 @@ class Controller {
         sandboxes_(store, engines),
         exec_(sandboxes_),
         files_(sandboxes_),
-        expiry_(store, [this](const std::string& id) { return Destroy(id); }) {}
+        expiry_(store, [this](const std::string& id) { return Destroy(id); }),
+        pools_(store, engines, sandboxes_, PoolLifecycle()) {}
   ~Controller();
   // Call before serving.
   void SetImageSources(ImageSources sources) { images_ = std::move(sources); }
   // Call before Recover; without it (or with nullptr) only network mode "none" is served.
-  void SetNetworks(net::Networks* networks) { networks_ = networks; }
+  void SetNetworks(net::Networks* networks) {
+    networks_ = networks;
+    pools_.SetNetworks(networks);
+  }
   // Where the verdicts of the networks go on their way to the store; NetworkEvents flushes it
   // before reading. Call before serving; it outlives the controller.
   void SetNetworkEventLog(NetworkEventLog* log) { network_events_ = log; }
@@ -113,6 +104,7 @@ class Controller {
   ExecService& exec() { return exec_; }
   FileService& files() { return files_; }
   Expiry& expiry() { return expiry_; }
+  PoolService& pools() { return pools_; }
 
   // Inserts the record (creating), creates the sandbox, connects its agent, then running; on
   // any failure the record is failed with the error and the error is returned.
@@ -174,22 +166,6 @@ class Controller {
   // Removes every layer that no template and no live sandbox refers to; how many went.
   Result<int> CollectLayers();
 
-  // --- Warm pools (controller_pool.cc; docs/design/pools.md) ------------------------------
-
-  // Call once after Recover and before serving: the sizes from the config file, each
-  // overridden by the size set through the API (kept in the store). kNotFound for a template
-  // the engine does not have.
-  [[nodiscard]] Status ConfigurePools(const std::map<std::string, int>& configured);
-  // Sets (and records) a pool's size; the filler grows or shrinks the pool in the background.
-  // kNotFound for a template the engine does not have.
-  [[nodiscard]] Result<PoolStats> SetPoolSize(const std::string& template_name, int64_t size);
-  // Every pool that has a size (0 included), by template.
-  [[nodiscard]] Result<std::vector<PoolStats>> Pools();
-  // The filler: a thread that keeps every pool at its size, one create or destroy at a time.
-  // Stopped by the destructor, DestroyAll or StopPoolFiller.
-  void StartPoolFiller();
-  void StopPoolFiller();
-
  private:
   // What a new sandbox's root is made of beyond its template's name.
   struct Origin {
@@ -213,11 +189,6 @@ class Controller {
   Result<runtime::LayerSnapshot> SnapshotLayer(const std::string& id);
   // start_cmd in the background, then ready_cmd until it succeeds (or its timeout: an error).
   Status StartTemplateCommands(const std::string& id, const Resolved& resolved);
-  struct Pool {
-    int64_t size = 0;
-    uint64_t hits = 0;
-    std::map<std::string, uint64_t> misses;  // by reason
-  };
   // The engine a create gets: the request's, else its template's, else the daemon's default;
   // refused (with what it lacks named) when it cannot make a sandbox of `origin` or with
   // `network`.
@@ -235,12 +206,6 @@ class Controller {
   // A record nobody will look at (a pooled one that failed) goes to destroyed, so that it is
   // purged like any other instead of lingering hidden as failed.
   void Discard(const std::string& id);
-  // The warm path of Create: a claimed pooled sandbox with the request's settings, or nullopt
-  // for the cold path (counted as a miss when the template has a pool).
-  std::optional<Result<store::SandboxRecord>> ClaimFromPool(const Resolved& resolved);
-  // One step of the filler: true when it created or destroyed a sandbox.
-  Result<bool> FillStep();
-  void CountMiss(const std::string& template_name, const std::string& reason);
   // Tears down `id` with the engine and records the outcome; the record must be destroying.
   Status FinishDestroy(const std::string& id);
   // Recovery of one record; counts into `report`.
@@ -252,20 +217,10 @@ class Controller {
   ExecService exec_;
   FileService files_;
   Expiry expiry_;
+  PoolService pools_;
+  // What the pools are given of the lifecycle.
+  PoolService::Lifecycle PoolLifecycle();
   std::mutex patch_mu_;  // a metadata merge is read-modify-write
-
-  std::mutex pool_mu_;
-  std::condition_variable pool_cv_;
-  std::map<std::string, Pool> pools_;  // guarded by pool_mu_
-  bool pool_stop_ = false;             // guarded by pool_mu_
-  bool pool_wake_ = false;             // a claim or resize happened; guarded by pool_mu_
-  bool pool_resized_ = false;          // ends an error backoff early; guarded by pool_mu_
-  // Sandboxes claimed with network mode none whose parked link the filler takes away (the
-  // claim does not wait for it); guarded by pool_mu_.
-  std::vector<std::string> pool_unlink_;
-  // Detaches the networks of pool_unlink_, with `lock` (on pool_mu_) released meanwhile.
-  void UnlinkClaimed(std::unique_lock<std::mutex>& lock);
-  std::thread filler_;
 
   // Held from a snapshot until what refers to the new layer is recorded, and by CollectLayers:
   // a layer is never collected between its making and its first use. Recursive: a destroy
@@ -297,9 +252,6 @@ class Controller {
 
   // The sandbox's network policy as its record keeps it (mode none when it has none).
   static net::NetworkPolicy PolicyOf(const store::SandboxRecord& r);
-  // What the jail's resolv.conf says in a sandbox without a network (a pooled sandbox claimed
-  // with mode none, and a build's layer, are given the same).
-  static constexpr std::string_view kNoNetworkResolvConf = "# this sandbox has no network\n";
   void DetachNetwork(const std::string& id);
 
   ImageSources images_;

@@ -1,5 +1,5 @@
-// Templates, snapshots and forks (docs/design/templates.md). The Controller's other parts are
-// controller.cc and controller_pool.cc.
+// Templates, snapshots and forks (docs/design/templates.md). The Controller's lifecycle is
+// controller.cc.
 
 #include <climits>
 #include <chrono>
@@ -611,10 +611,7 @@ Status Controller::DeleteTemplate(const std::string& name) {
     return Fail(ErrorCode::kFailedPrecondition, "the base template cannot be deleted");
   }
   if (auto st = store_.DeleteTemplate(name); !st) return st;
-  {
-    std::lock_guard lock(pool_mu_);
-    pools_.erase(name);
-  }
+  pools_.Forget(name);
   spdlog::info("template {}: deleted", name);
   (void)CollectLayers();
   return {};

@@ -251,7 +251,7 @@ HttpReply Router::RenderMetrics() {
   if (!counts) return ErrorReply(counts.error());
   std::map<std::string, int64_t> by_state;
   for (const auto& [state, n] : *counts) by_state[std::string(store::SandboxStateName(state))] = n;
-  auto pools = controller_.Pools();
+  auto pools = controller_.pools().List();
   if (!pools) return ErrorReply(pools.error());
   return Bytes(metrics_.Render(by_state, controller_.expiry().expired_total(), controller_.expiry().purged_total()) +
                    RenderPoolMetrics(*pools) + RenderVerdictMetrics(controller_.network_verdicts()),
@@ -613,7 +613,7 @@ HttpReply Router::Pools(const HttpRequest& request, std::span<const std::string_
     if (!request.body.empty()) {
       return ErrorReply(Error(ErrorCode::kInvalidArgument, "this call takes no request body"));
     }
-    auto pools = controller_.Pools();
+    auto pools = controller_.pools().List();
     if (!pools) return ErrorReply(pools.error());
     std::vector<api::PoolView> views;
     for (const PoolStats& p : *pools) views.push_back(ToPoolView(p));
@@ -624,7 +624,7 @@ HttpReply Router::Pools(const HttpRequest& request, std::span<const std::string_
   if (auto st = api::CheckTemplateName(name); !st) return ErrorReply(st.error());
   auto size = api::PoolSizeRequest::FromJson(request.body);
   if (!size) return ErrorReply(size.error());
-  auto pool = controller_.SetPoolSize(name, size->size);
+  auto pool = controller_.pools().SetSize(name, size->size);
   if (!pool) return ErrorReply(pool.error());
   return {200, api::RenderPool(ToPoolView(*pool)), ""};
 }

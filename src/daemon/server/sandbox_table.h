@@ -25,6 +25,25 @@
 
 namespace airlock::daemon {
 
+// The key in a record's resources that says its agent started without the sandbox env (a
+// claimed pooled sandbox), so the controller sends the env with every command.
+inline constexpr const char* kEnvPerCommand = "env_per_command";
+// The key in a record's resources that holds its template's workdir: commands' default cwd.
+inline constexpr const char* kWorkdir = "workdir";
+// The metadata key that marks a template's build sandbox (its value: the template's name).
+inline constexpr const char* kBuildMetadataKey = "airlock.build";
+// The key in a record's resources that names the root under its layers when it is not
+// api::kRootHostUsr (a Debian or OCI image's root file system: api::kRootOwn).
+inline constexpr const char* kRoot = "root";
+// The keys in a record's resources that hold its network's slot and address.
+inline constexpr const char* kNetSlot = "net.slot";
+inline constexpr const char* kNetAddress = "net.address";
+inline constexpr const char* kNetAddress6 = "net.address6";
+
+// What resolv.conf says in a sandbox without a network (a pooled sandbox claimed with mode
+// none, and a build's layer, are given the same as a cold sandbox without one).
+inline constexpr std::string_view kNoNetworkResolvConf = "# this sandbox has no network\n";
+
 // The answer for a sandbox the caller may not see: unknown, destroyed, pooled, or another
 // tenant's (router.cc); one function so that all of them are the same bytes.
 Error SandboxNotFound(const std::string& id);

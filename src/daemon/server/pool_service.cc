@@ -1,12 +1,10 @@
-// Warm pools: sandboxes made ahead of time per template, claimed by creates
-// (docs/design/pools.md). The Controller's other half is controller.cc.
+#include "daemon/server/pool_service.h"
 
 #include <algorithm>
 #include <chrono>
 #include <utility>
 
 #include "common/log.h"
-#include "daemon/server/controller.h"
 
 namespace airlock::daemon {
 namespace {
@@ -49,22 +47,22 @@ int64_t DeadlineMs(int64_t ttl_seconds) { return NowMs() + ttl_seconds * 1000; }
 
 }  // namespace
 
-void Controller::CountMiss(const std::string& template_name, const std::string& reason) {
-  std::lock_guard lock(pool_mu_);
+void PoolService::CountMiss(const std::string& template_name, const std::string& reason) {
+  std::lock_guard lock(mu_);
   ++pools_[template_name].misses[reason];
 }
 
-std::optional<Result<SandboxRecord>> Controller::ClaimFromPool(const Resolved& resolved) {
-  const api::CreateSandboxRequest& request = resolved.request;
+std::optional<Result<SandboxRecord>> PoolService::Claim(const api::CreateSandboxRequest& request,
+                                                        const std::string& template_engine) {
   const std::string& name = request.template_name;
   {
-    std::lock_guard lock(pool_mu_);
+    std::lock_guard lock(mu_);
     auto it = pools_.find(name);
     if (it == pools_.end() || it->second.size == 0) return std::nullopt;  // no pool: no miss
   }
   // The filler makes a template's pool on the engine a create of it without one gets.
   const std::string& pool_engine =
-      resolved.origin.engine.empty() ? engines_.default_name() : resolved.origin.engine;
+      template_engine.empty() ? engines_.default_name() : template_engine;
   if (!request.engine.empty() && request.engine != pool_engine) {
     CountMiss(name, kMissEngine);
     return std::nullopt;
@@ -94,13 +92,13 @@ std::optional<Result<SandboxRecord>> Controller::ClaimFromPool(const Resolved& r
   // The filler refills the pool (and takes a claimed sandbox's unused link away) once this
   // claim is done, whatever its outcome, so that its work does not slow the claim's own.
   struct WakeFiller {
-    Controller& c;
+    PoolService& pools;
     ~WakeFiller() {
       {
-        std::lock_guard lock(c.pool_mu_);
-        c.pool_wake_ = true;
+        std::lock_guard lock(pools.mu_);
+        pools.wake_ = true;
       }
-      c.pool_cv_.notify_all();
+      pools.cv_.notify_all();
     }
   } wake_filler{*this};
   const bool networked = request.network.mode() != net::NetworkMode::kNone;
@@ -144,7 +142,7 @@ std::optional<Result<SandboxRecord>> Controller::ClaimFromPool(const Resolved& r
   // Gives the sandbox up and sends the create down the cold path.
   auto abandon = [&](const char* reason, const std::string& why) {
     spdlog::warn("pool {}: {} claimed but {}; destroying it", name, id, why);
-    if (auto st = DestroySandbox(id, /*allow_pooled=*/true); !st) {
+    if (auto st = lifecycle_.destroy(id); !st) {
       spdlog::error("pool {}: {}", name, st.error().message());
     }
     CountMiss(name, reason);
@@ -175,8 +173,8 @@ std::optional<Result<SandboxRecord>> Controller::ClaimFromPool(const Resolved& r
     // it sends nothing; the record names it no more), and resolv.conf stops naming a gateway,
     // as in a cold sandbox without a network.
     {
-      std::lock_guard lock(pool_mu_);
-      pool_unlink_.push_back(id);
+      std::lock_guard lock(mu_);
+      unlink_.push_back(id);
     }
     if (auto st = sandboxes_.WriteHeldFile(id, live, "/etc/resolv.conf", kNoNetworkResolvConf);
         !st) {
@@ -185,24 +183,24 @@ std::optional<Result<SandboxRecord>> Controller::ClaimFromPool(const Resolved& r
   }
   live->SetEnv(std::move(sandbox_env));
   {
-    std::lock_guard lock(pool_mu_);
+    std::lock_guard lock(mu_);
     ++pools_[name].hits;
   }
   spdlog::info("created {} from the {} pool", id, name);
   return Result<SandboxRecord>(std::move(record));
 }
 
-Status Controller::ConfigurePools(const std::map<std::string, int>& configured) {
+Status PoolService::Configure(const std::map<std::string, int>& configured) {
   auto stored = store_.PoolSizes();
   if (!stored) return std::unexpected(stored.error().Wrap("reading pool sizes"));
   std::map<std::string, int64_t> sizes(configured.begin(), configured.end());
   for (const auto& [name, size] : *stored) sizes[name] = size;  // set through the API: it wins
   for (const auto& [name, size] : sizes) {
-    if (auto st = CheckTemplate(name); !st) {
+    if (auto st = lifecycle_.check_template(name); !st) {
       return std::unexpected(st.error().Wrap("pool." + name));
     }
   }
-  std::lock_guard lock(pool_mu_);
+  std::lock_guard lock(mu_);
   for (const auto& [name, size] : sizes) {
     Pool& pool = pools_[name];
     pool.size = size;
@@ -212,31 +210,31 @@ Status Controller::ConfigurePools(const std::map<std::string, int>& configured) 
   return {};
 }
 
-Result<PoolStats> Controller::SetPoolSize(const std::string& template_name, int64_t size) {
-  if (auto st = CheckTemplate(template_name); !st) return std::unexpected(st.error());
+Result<PoolStats> PoolService::SetSize(const std::string& template_name, int64_t size) {
+  if (auto st = lifecycle_.check_template(template_name); !st) return std::unexpected(st.error());
   if (auto st = store_.SetPoolSize(template_name, size); !st) return std::unexpected(st.error());
   {
-    std::lock_guard lock(pool_mu_);
+    std::lock_guard lock(mu_);
     Pool& pool = pools_[template_name];
     pool.size = size;
     for (const char* reason : kMissReasons) pool.misses.try_emplace(reason, 0);
-    pool_wake_ = pool_resized_ = true;
+    wake_ = resized_ = true;
   }
-  pool_cv_.notify_all();
+  cv_.notify_all();
   spdlog::info("pool {}: size set to {}", template_name, size);
-  auto all = Pools();
+  auto all = List();
   if (!all) return std::unexpected(all.error());
   for (PoolStats& p : *all) {
     if (p.template_name == template_name) return std::move(p);
   }
-  Panic("SetPoolSize: the pool just set is missing");
+  Panic("PoolService::SetSize: the pool just set is missing");
 }
 
-Result<std::vector<PoolStats>> Controller::Pools() {
+Result<std::vector<PoolStats>> PoolService::List() {
   auto ready = store_.CountPooledReady();
   if (!ready) return std::unexpected(ready.error());
   std::vector<PoolStats> out;
-  std::lock_guard lock(pool_mu_);
+  std::lock_guard lock(mu_);
   for (const auto& [name, pool] : pools_) {
     PoolStats p;
     p.template_name = name;
@@ -250,10 +248,10 @@ Result<std::vector<PoolStats>> Controller::Pools() {
   return out;
 }
 
-Result<bool> Controller::FillStep() {
+Result<bool> PoolService::FillStep() {
   std::map<std::string, int64_t> sizes;
   {
-    std::lock_guard lock(pool_mu_);
+    std::lock_guard lock(mu_);
     for (const auto& [name, pool] : pools_) sizes[name] = pool.size;
   }
   auto ready = store_.CountPooledReady();
@@ -271,7 +269,7 @@ Result<bool> Controller::FillStep() {
       std::shared_ptr<HeldSandbox> live = sandboxes_.Find(id);
       std::unique_lock<std::mutex> lock;
       if (live) lock = std::unique_lock(live->lifecycle_mu);
-      if (auto st = FinishDestroy(id); !st) return std::unexpected(st.error());
+      if (auto st = lifecycle_.finish_destroy(id); !st) return std::unexpected(st.error());
       return true;
     }
   }
@@ -291,24 +289,29 @@ Result<bool> Controller::FillStep() {
   api::CreateSandboxRequest request;
   request.template_name = neediest;
   request.limits = kPoolLimits;
-  auto made = CreateSandbox(request, /*pooled=*/true);
+  auto made = lifecycle_.create_pooled(request);
   if (!made) return std::unexpected(made.error().Wrap("filling the " + neediest + " pool"));
   return true;
 }
 
-void Controller::UnlinkClaimed(std::unique_lock<std::mutex>& lock) {
+void PoolService::UnlinkClaimed(std::unique_lock<std::mutex>& lock) {
   std::vector<std::string> ids;
-  ids.swap(pool_unlink_);
+  ids.swap(unlink_);
   lock.unlock();
-  for (const std::string& id : ids) DetachNetwork(id);
+  for (const std::string& id : ids) lifecycle_.detach_network(id);
   lock.lock();
 }
 
-void Controller::StartPoolFiller() {
+void PoolService::Forget(const std::string& template_name) {
+  std::lock_guard lock(mu_);
+  pools_.erase(template_name);
+}
+
+void PoolService::StartFiller() {
   filler_ = std::thread([this] {
     std::chrono::milliseconds backoff{0};
-    std::unique_lock lock(pool_mu_);
-    while (!pool_stop_) {
+    std::unique_lock lock(mu_);
+    while (!stop_) {
       UnlinkClaimed(lock);
       lock.unlock();
       auto worked = FillStep();
@@ -320,29 +323,29 @@ void Controller::StartPoolFiller() {
         }
         backoff = std::min<std::chrono::milliseconds>(
             kMaxBackoff, backoff.count() == 0 ? kFirstBackoff : backoff * 2);
-        pool_cv_.wait_for(lock, backoff,
-                          [this] { return pool_stop_ || pool_resized_ || !pool_unlink_.empty(); });
-        pool_resized_ = false;
+        cv_.wait_for(lock, backoff,
+                          [this] { return stop_ || resized_ || !unlink_.empty(); });
+        resized_ = false;
         continue;
       }
       if (backoff.count() != 0) spdlog::info("pool: working again");
       backoff = std::chrono::milliseconds(0);
       if (!*worked) {
-        pool_cv_.wait_for(lock, kIdlePoll, [this] { return pool_stop_ || pool_wake_; });
-        pool_wake_ = false;
+        cv_.wait_for(lock, kIdlePoll, [this] { return stop_ || wake_; });
+        wake_ = false;
       }
     }
   });
 }
 
-void Controller::StopPoolFiller() {
+void PoolService::StopFiller() {
   {
-    std::lock_guard lock(pool_mu_);
-    pool_stop_ = true;
+    std::lock_guard lock(mu_);
+    stop_ = true;
   }
-  pool_cv_.notify_all();
+  cv_.notify_all();
   if (filler_.joinable()) filler_.join();
-  std::unique_lock lock(pool_mu_);
+  std::unique_lock lock(mu_);
   UnlinkClaimed(lock);  // what the last claims left it
 }
 
