@@ -35,7 +35,7 @@ const SandboxState kRunningOnly[] = {SandboxState::kRunning};
 }  // namespace
 
 Result<runtime::Engine*> Controller::ChooseEngine(const std::string& requested,
-                                                  const Origin& origin,
+                                                  const SandboxOrigin& origin,
                                                   const net::NetworkPolicy& network) {
   const std::string& name = !requested.empty()       ? requested
                             : !origin.engine.empty() ? origin.engine
@@ -68,13 +68,34 @@ PoolService::Lifecycle Controller::PoolLifecycle() {
           },
       .finish_destroy = [this](const std::string& id) { return FinishDestroy(id); },
       .destroy = [this](const std::string& id) { return DestroySandbox(id, /*allow_pooled=*/true); },
-      .check_template = [this](const std::string& name) { return CheckTemplate(name); },
+      .check_template = [this](const std::string& name) { return templates_.Check(name); },
       .detach_network = [this](const std::string& id) { DetachNetwork(id); },
   };
 }
 
+TemplateService::Lifecycle Controller::TemplateLifecycle() {
+  return {
+      .create =
+          [this](const api::CreateSandboxRequest& request, const SandboxOrigin& origin) {
+            return CreateSandbox(request, /*pooled=*/false, &origin);
+          },
+      .destroy = [this](const std::string& id) { return Destroy(id); },
+      .check_network = [this](const net::NetworkPolicy& policy) { return CheckNetwork(policy); },
+  };
+}
+
+SnapshotService::Lifecycle Controller::SnapshotLifecycle() {
+  return {
+      .create =
+          [this](const api::CreateSandboxRequest& request, const SandboxOrigin& origin) {
+            return CreateSandbox(request, /*pooled=*/false, &origin);
+          },
+      .destroy = [this](const std::string& id) { return Destroy(id); },
+  };
+}
+
 Controller::~Controller() {
-  JoinBuilds();
+  templates_.JoinBuilds();
   pools_.StopFiller();
   expiry_.Stop();
 }
@@ -129,7 +150,7 @@ Result<RecoveryReport> Controller::Recover() {
       "start: {} adopted, {} not recoverable, {} destroys finished, {} orphans removed, {} left "
       "for an unavailable engine",
       report.adopted, report.failed, report.finished, report.orphans_removed, report.unavailable);
-  if (auto collected = CollectLayers(); !collected) {
+  if (auto collected = layers_.Collect(); !collected) {
     spdlog::error("start: collecting layers: {}", collected.error().message());
   }
   if (networks_) {
@@ -205,7 +226,7 @@ void Controller::RecoverOne(const SandboxRecord& rec, RecoveryReport& report) {
         !networks_ ? Fail(ErrorCode::kUnimplemented, "this airlockd has no sandbox networking")
         : ec != std::errc() || end != text.data() + text.size()
             ? Fail(ErrorCode::kInternal, "its record names network slot '" + text + "'")
-            : networks_->Adopt(id, number, PolicyOf(rec));
+            : networks_->Adopt(id, number, NetworkPolicyOf(rec));
     if (!adopted_net) {
       give_up("airlockd restarted and its network could not be taken back: " +
               adopted_net.error().message());
@@ -265,7 +286,7 @@ Status Controller::CheckNetwork(const net::NetworkPolicy& policy) const {
 Result<SandboxRecord> Controller::Create(const api::CreateSandboxRequest& request) {
   // Refused before a pooled sandbox is claimed for it (the cold path would refuse it too).
   if (auto st = CheckNetwork(request.network); !st) return std::unexpected(st.error());
-  auto resolved = ResolveTemplate(request);
+  auto resolved = templates_.Resolve(request);
   if (!resolved) return std::unexpected(resolved.error());
   auto made = [&] {
     if (auto claimed = pools_.Claim(resolved->request, resolved->origin.engine)) {
@@ -274,7 +295,7 @@ Result<SandboxRecord> Controller::Create(const api::CreateSandboxRequest& reques
     return CreateSandbox(resolved->request, /*pooled=*/false, &resolved->origin);
   }();
   if (!made) return made;
-  if (auto started = StartTemplateCommands(made->id, *resolved); !started) {
+  if (auto started = templates_.StartCommands(made->id, *resolved); !started) {
     if (auto st = Destroy(made->id); !st) spdlog::error("{}", st.error().message());
     return std::unexpected(started.error());
   }
@@ -290,12 +311,12 @@ void Controller::Discard(const std::string& id) {
 }
 
 Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest& request,
-                                                bool pooled, const Origin* given_origin) {
-  Origin origin;
+                                                bool pooled, const SandboxOrigin* given_origin) {
+  SandboxOrigin origin;
   if (given_origin) {
     origin = *given_origin;
   } else {
-    auto resolved = ResolveTemplate(request);
+    auto resolved = templates_.Resolve(request);
     if (!resolved) return std::unexpected(resolved.error());
     origin = std::move(resolved->origin);
   }
@@ -432,13 +453,6 @@ Result<SandboxRecord> Controller::Patch(const std::string& id,
   return record;
 }
 
-net::NetworkPolicy Controller::PolicyOf(const SandboxRecord& r) {
-  if (r.network.empty()) return {};
-  auto parsed = net::NetworkPolicy::FromJson(
-      nlohmann::json::parse(r.network, nullptr, /*allow_exceptions=*/false));
-  return parsed ? std::move(*parsed) : net::NetworkPolicy();
-}
-
 void Controller::DetachNetwork(const std::string& id) {
   if (!networks_) return;
   if (auto st = networks_->Detach(id); !st) spdlog::error("{}", st.error().message());
@@ -479,7 +493,7 @@ Status Controller::FinishDestroy(const std::string& id) {
   if (!done) return std::unexpected(done.error().Wrap("recording the destroy of " + id));
   spdlog::info("destroyed {}", id);
   // A fork's snapshot belongs to no template: its last sandbox out takes it along.
-  if (!done->layers.empty()) (void)CollectLayers();
+  if (!done->layers.empty()) (void)layers_.Collect();
   return {};
 }
 
@@ -539,7 +553,7 @@ Result<SandboxRecord> Controller::Resume(const std::string& id) {
 void Controller::DestroyAll() {
   pools_.StopFiller();
   expiry_.Stop();
-  JoinBuilds();
+  templates_.JoinBuilds();
   for (const std::string& id : sandboxes_.Ids()) {
     if (auto st = DestroySandbox(id, /*allow_pooled=*/true); !st) {
       spdlog::error("shutdown: {}", st.error().message());

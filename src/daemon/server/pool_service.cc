@@ -20,7 +20,7 @@ constexpr const char* kMissEmpty = "empty";    // no pooled sandbox was ready
 constexpr const char* kMissDisk = "disk";      // the request's disk / tmp / nofile differ
 constexpr const char* kMissLimits = "limits";  // the engine refused the request's limits
 constexpr const char* kMissEnv = "env";        // the env is too big to send with every command
-constexpr const char* kMissEngine = "engine";  // the request asks for another engine than the pool's
+constexpr const char* kMissEngine = "engine";  // another engine than the pool's was asked for
 constexpr const char* kMissError = "error";    // the store or the pooled sandbox failed
 constexpr const char* kMissReasons[] = {kMissEmpty, kMissDisk,   kMissLimits,
                                         kMissEnv,   kMissEngine, kMissError};
@@ -323,8 +323,7 @@ void PoolService::StartFiller() {
         }
         backoff = std::min<std::chrono::milliseconds>(
             kMaxBackoff, backoff.count() == 0 ? kFirstBackoff : backoff * 2);
-        cv_.wait_for(lock, backoff,
-                          [this] { return stop_ || resized_ || !unlink_.empty(); });
+        cv_.wait_for(lock, backoff, [this] { return stop_ || resized_ || !unlink_.empty(); });
         resized_ = false;
         continue;
       }

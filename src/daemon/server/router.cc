@@ -411,7 +411,7 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
       auto snapshot = api::SnapshotRequest::FromJson(request.body);
       if (!snapshot) return ErrorReply(snapshot.error());
       snapshot->tenant = caller.admin ? "" : caller.tenant;  // an admin's is shared
-      auto made = controller_.Snapshot(id, *snapshot);
+      auto made = controller_.snapshots().Snapshot(id, *snapshot);
       if (!made) return ErrorReply(made.error());
       return {201, api::RenderTemplate(ToTemplateView(*made)), ""};
     }
@@ -419,7 +419,7 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
       auto fork = api::ForkRequest::FromJson(request.body);
       if (!fork) return ErrorReply(fork.error());
       fork->tenant = caller.tenant;
-      auto forked = controller_.Fork(id, *fork);
+      auto forked = controller_.snapshots().Fork(id, *fork);
       if (!forked) return ErrorReply(forked.error());
       std::vector<api::SandboxView> views;
       for (const SandboxRecord& r : forked->sandboxes) views.push_back(ToView(r));
@@ -469,7 +469,7 @@ HttpReply Router::Templates(const HttpRequest& request, const Caller& caller,
   }
   if (parts.size() == 2) {  // /v1/templates
     if (method == "GET") {
-      auto all = controller_.ListTemplates();
+      auto all = controller_.templates().List();
       if (!all) return ErrorReply(all.error());
       std::vector<api::TemplateView> views;
       for (const auto& t : *all) {
@@ -487,18 +487,18 @@ HttpReply Router::Templates(const HttpRequest& request, const Caller& caller,
     if (create->stream) {
       HttpReply reply{200, "", ""};
       reply.content_type = "application/x-ndjson";
-      std::shared_ptr<EventStream> stream = controller_.StartBuild(std::move(*create));
+      std::shared_ptr<EventStream> stream = controller_.templates().StartBuild(std::move(*create));
       reply.next_chunk = [stream] { return NextChunk(*stream); };
       return reply;
     }
-    auto built = controller_.BuildTemplate(*create, [](const api::Event&) {});
+    auto built = controller_.templates().Build(*create, [](const api::Event&) {});
     if (!built) return ErrorReply(built.error());
     return {201, api::RenderTemplate(ToTemplateView(*built)), ""};
   }
   const std::string name(parts[2]);
   if (method != "GET" && method != "DELETE") return MethodNotAllowed(method, path, {"GET", "DELETE"});
   if (auto st = api::CheckTemplateName(name); !st) return ErrorReply(st.error());
-  auto one = controller_.GetTemplate(name);
+  auto one = controller_.templates().Get(name);
   if (!one) return ErrorReply(one.error());
   if (!TemplateVisible(caller, *one)) return ErrorReply(TemplateNotFound(name));
   if (method == "DELETE") {
@@ -507,7 +507,7 @@ HttpReply Router::Templates(const HttpRequest& request, const Caller& caller,
                               "template '" + name +
                                   "' is shared by every tenant; only an admin key may delete it"));
     }
-    if (auto st = controller_.DeleteTemplate(name); !st) return ErrorReply(st.error());
+    if (auto st = controller_.templates().Delete(name); !st) return ErrorReply(st.error());
     return {204, "", ""};
   }
   return {200, api::RenderTemplate(ToTemplateView(*one)), ""};
@@ -516,7 +516,7 @@ HttpReply Router::Templates(const HttpRequest& request, const Caller& caller,
 Status Router::CheckTemplateVisible(const Caller& caller, const std::string& name) {
   if (caller.admin) return {};
   // Names that are no template here (a Debian suite, an image path) are the controller's.
-  auto t = controller_.GetTemplate(name);
+  auto t = controller_.templates().Get(name);
   if (t && !TemplateVisible(caller, *t)) return std::unexpected(TemplateNotFound(name));
   return {};
 }

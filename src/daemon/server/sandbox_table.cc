@@ -1,6 +1,7 @@
 #include "daemon/server/sandbox_table.h"
 
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <utility>
 
 #include "common/build_id.h"
@@ -19,6 +20,13 @@ const SandboxState kRunningOnly[] = {SandboxState::kRunning};
 
 Error SandboxNotFound(const std::string& id) {
   return Error(ErrorCode::kNotFound, "sandbox " + id + " does not exist");
+}
+
+net::NetworkPolicy NetworkPolicyOf(const SandboxRecord& record) {
+  if (record.network.empty()) return {};
+  auto parsed = net::NetworkPolicy::FromJson(
+      nlohmann::json::parse(record.network, nullptr, /*allow_exceptions=*/false));
+  return parsed ? std::move(*parsed) : net::NetworkPolicy();
 }
 
 AgentChannel::AgentChannel(std::shared_ptr<HeldSandbox> held, protocol::BlockingClient client)
@@ -145,6 +153,17 @@ Status SandboxTable::WriteHeldFile(const std::string& id, std::shared_ptr<HeldSa
   if (auto st = (*channel)->WriteFile(path, data, 0644, false); !st) return st;
   channel->Keep();
   return {};
+}
+
+Result<runtime::LayerSnapshot> SandboxTable::SnapshotLayer(const std::string& id) {
+  std::shared_ptr<HeldSandbox> held = Find(id);
+  if (!held) return Fail(ErrorCode::kNotFound, "sandbox " + id + " is not held by this daemon");
+  if (!held->engine->capabilities().layer_snapshot) {
+    return std::unexpected(runtime::Lacks(held->engine->name(), "layer_snapshot",
+                                          "copy a sandbox's file system into a layer"));
+  }
+  std::lock_guard lock(held->lifecycle_mu);
+  return held->engine->SnapshotLayer(id);
 }
 
 Error SandboxTable::Explain(const std::string& id, Error error) {

@@ -20,6 +20,7 @@
 
 #include "common/error.h"
 #include "daemon/store/store.h"
+#include "net/policy.h"
 #include "protocol/client.h"
 #include "runtime/registry.h"
 
@@ -39,6 +40,9 @@ inline constexpr const char* kRoot = "root";
 inline constexpr const char* kNetSlot = "net.slot";
 inline constexpr const char* kNetAddress = "net.address";
 inline constexpr const char* kNetAddress6 = "net.address6";
+
+// The sandbox's network policy as its record keeps it (mode none when it has none).
+net::NetworkPolicy NetworkPolicyOf(const store::SandboxRecord& record);
 
 // What resolv.conf says in a sandbox without a network (a pooled sandbox claimed with mode
 // none, and a build's layer, are given the same as a cold sandbox without one).
@@ -118,6 +122,9 @@ class SandboxTable {
   // round trip to its agent, no record read, no stat after.
   Status WriteHeldFile(const std::string& id, std::shared_ptr<HeldSandbox> held,
                        const std::string& path, std::string_view data);
+  // The engine's snapshot of a held sandbox's writable layer, under its lifecycle lock (no
+  // pause, resume or destroy while it is frozen for the copy).
+  Result<runtime::LayerSnapshot> SnapshotLayer(const std::string& id);
   // After an operation failed: the sandbox's state if it no longer fits (the destroy or pause
   // that interrupted it), else `error`.
   Error Explain(const std::string& id, Error error);

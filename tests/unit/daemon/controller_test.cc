@@ -149,7 +149,7 @@ TEST_F(ControllerTest, ASnapshotAndAForkCarryTheFileSystemOnTheSameEngine) {
   ASSERT_TRUE(controller_->files().WriteFile(r.id, q, "by the source"));
   api::SnapshotRequest snap;
   snap.name = "snap";
-  auto t = controller_->Snapshot(r.id, snap);
+  auto t = controller_->snapshots().Snapshot(r.id, snap);
   ASSERT_TRUE(t) << t.error().message();
   api::CreateSandboxRequest from;
   from.template_name = "snap";
@@ -158,7 +158,7 @@ TEST_F(ControllerTest, ASnapshotAndAForkCarryTheFileSystemOnTheSameEngine) {
   EXPECT_EQ(controller_->files().ReadFile(child.id, q).value_or(""), "by the source");
   api::ForkRequest fork;
   fork.count = 2;
-  auto forked = controller_->Fork(r.id, fork);
+  auto forked = controller_->snapshots().Fork(r.id, fork);
   ASSERT_TRUE(forked) << forked.error().message();
   ASSERT_EQ(forked->sandboxes.size(), 2u);
   for (const auto& f : forked->sandboxes) {

@@ -1,10 +1,9 @@
-// Templates, snapshots and forks (docs/design/templates.md). The Controller's lifecycle is
-// controller.cc.
+#include "daemon/server/template_service.h"
 
-#include <climits>
 #include <chrono>
-#include <cstdlib>
+#include <climits>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -12,7 +11,6 @@
 #include <utility>
 
 #include "common/log.h"
-#include "daemon/server/controller.h"
 #include "runtime/images/debian.h"
 #include "runtime/images/oci.h"
 
@@ -90,7 +88,7 @@ api::TemplateView ToTemplateView(const TemplateRecord& r) {
           .tenant = r.tenant};
 }
 
-Status Controller::CheckTemplate(const std::string& name) {
+Status TemplateService::Check(const std::string& name) {
   if (name == api::kDefaultTemplate) return {};  // built in (which engines take it, they say)
   auto t = store_.GetTemplate(name);
   if (!t) return std::unexpected(t.error());
@@ -102,9 +100,9 @@ Status Controller::CheckTemplate(const std::string& name) {
   return {};
 }
 
-Result<Controller::Resolved> Controller::ResolveTemplate(const api::CreateSandboxRequest& request) {
-  if (auto st = CheckTemplate(request.template_name); !st) return std::unexpected(st.error());
-  Resolved r;
+Result<ResolvedCreate> TemplateService::Resolve(const api::CreateSandboxRequest& request) {
+  if (auto st = Check(request.template_name); !st) return std::unexpected(st.error());
+  ResolvedCreate r;
   r.request = request;
   if (request.template_name == api::kDefaultTemplate) return r;
   auto t = store_.GetTemplate(request.template_name);
@@ -126,7 +124,7 @@ Result<Controller::Resolved> Controller::ResolveTemplate(const api::CreateSandbo
   return r;
 }
 
-Status Controller::StartTemplateCommands(const std::string& id, const Resolved& resolved) {
+Status TemplateService::StartCommands(const std::string& id, const ResolvedCreate& resolved) {
   if (!resolved.start_cmd.empty()) {
     api::ExecRequest start;
     start.cmd = resolved.start_cmd;
@@ -136,9 +134,9 @@ Status Controller::StartTemplateCommands(const std::string& id, const Resolved& 
     }
   }
   if (resolved.ready_cmd.empty()) return {};
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(
-                            static_cast<int64_t>(resolved.ready_timeout_seconds * 1000));
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::milliseconds(static_cast<int64_t>(resolved.ready_timeout_seconds * 1000));
   api::ExecRequest ready;
   ready.cmd = resolved.ready_cmd;
   ready.timeout_seconds = kReadyTryTimeoutSeconds;
@@ -158,25 +156,13 @@ Status Controller::StartTemplateCommands(const std::string& id, const Resolved& 
                           resolved.ready_timeout_seconds, last));
 }
 
-Result<runtime::LayerSnapshot> Controller::SnapshotLayer(const std::string& id) {
-  // No pause, resume or destroy of the sandbox while it is frozen for the copy.
-  std::shared_ptr<HeldSandbox> live = sandboxes_.Find(id);
-  if (!live) return Fail(ErrorCode::kNotFound, "sandbox " + id + " is not held by this daemon");
-  if (!live->engine->capabilities().layer_snapshot) {
-    return std::unexpected(runtime::Lacks(live->engine->name(), "layer_snapshot",
-                                          "copy a sandbox's file system into a layer"));
-  }
-  std::lock_guard lock(live->lifecycle_mu);
-  return live->engine->SnapshotLayer(id);
-}
-
-Result<TemplateRecord> Controller::BuildTemplate(const api::CreateTemplateRequest& request,
-                                                 const std::function<void(api::Event)>& log) {
-  if (auto st = CheckNetwork(request.network); !st) return std::unexpected(st.error());
+Result<TemplateRecord> TemplateService::Build(const api::CreateTemplateRequest& request,
+                                              const std::function<void(api::Event)>& log) {
+  if (auto st = lifecycle_.check_network(request.network); !st) return std::unexpected(st.error());
   api::TemplateSettings settings = api::TemplateSettings::From(request);
   // An imported image's layer is named by no record until the build sandbox's is.
-  std::optional<LayerPin> pin;
-  if (request.base.starts_with('/')) pin.emplace(*this);
+  std::optional<LayerKeeper::Pin> pin;
+  if (request.base.starts_with('/')) pin.emplace(layers_);
   auto base = PrepareBase(request.base, log);
   if (!base) return std::unexpected(base.error().Wrap("preparing the base " + request.base));
   const std::vector<std::string>& base_layers = base->layers;
@@ -186,8 +172,7 @@ Result<TemplateRecord> Controller::BuildTemplate(const api::CreateTemplateReques
   if (!engine) return std::unexpected(engine.error());
   const runtime::Capabilities& can = (*engine)->capabilities();
   if (!can.layer_snapshot) {
-    return std::unexpected(
-        runtime::Lacks((*engine)->name(), "layer_snapshot", "build a template"));
+    return std::unexpected(runtime::Lacks((*engine)->name(), "layer_snapshot", "build a template"));
   }
   if (base_layers.size() >= can.max_layers) {
     return Fail(ErrorCode::kFailedPrecondition,
@@ -225,7 +210,9 @@ Result<TemplateRecord> Controller::BuildTemplate(const api::CreateTemplateReques
   std::string build_id;
   auto fail = [&](Error error) -> Result<TemplateRecord> {
     if (!build_id.empty()) {
-      if (auto st = Destroy(build_id); !st) spdlog::error("build: {}", st.error().message());
+      if (auto st = lifecycle_.destroy(build_id); !st) {
+        spdlog::error("build: {}", st.error().message());
+      }
       std::lock_guard lock(builds_mu_);
       build_sandboxes_.erase(build_id);
     }
@@ -256,8 +243,8 @@ Result<TemplateRecord> Controller::BuildTemplate(const api::CreateTemplateReques
     std::lock_guard lock(builds_mu_);
     if (builds_stop_) return fail(Error(ErrorCode::kUnavailable, "airlockd is shutting down"));
   }
-  const Origin origin{base_layers, "", base->root, settings.engine};
-  auto sandbox = CreateSandbox(sandbox_request, /*pooled=*/false, &origin);
+  const SandboxOrigin origin{base_layers, "", base->root, settings.engine};
+  auto sandbox = lifecycle_.create(sandbox_request, origin);
   pin.reset();  // the build sandbox's record names the base's layers now
   if (!sandbox) return fail(sandbox.error().Wrap("creating the build sandbox"));
   build_id = sandbox->id;
@@ -306,7 +293,7 @@ Result<TemplateRecord> Controller::BuildTemplate(const api::CreateTemplateReques
     exec.stream = true;
     auto stream = exec_.StartExec(build_id, exec);
     if (!stream) return fail(stream.error().Wrap(what));
-    std::string tail;  // the end of its output, for the error message
+    std::string tail;                // the end of its output, for the error message
     std::optional<api::Event> last;  // its exit or error event
     while (auto events = (*stream)->Next()) {
       for (api::Event& event : *events) {
@@ -320,7 +307,9 @@ Result<TemplateRecord> Controller::BuildTemplate(const api::CreateTemplateReques
         log(std::move(event));
       }
     }
-    if (!last) return fail(Error(ErrorCode::kInternal, what + ": the command's stream ended early"));
+    if (!last) {
+      return fail(Error(ErrorCode::kInternal, what + ": the command's stream ended early"));
+    }
     if (auto* error = std::get_if<api::ErrorEvent>(&last->what)) {
       return fail(Error(ErrorCode::kInternal, what + ": " + error->error.message()));
     }
@@ -354,8 +343,8 @@ Result<TemplateRecord> Controller::BuildTemplate(const api::CreateTemplateReques
 
   log({api::SnapshotEvent{}});
   {
-    std::lock_guard<std::recursive_mutex> layers_lock(layers_mu_);
-    auto layer = SnapshotLayer(build_id);
+    auto layers_lock = layers_.Hold();
+    auto layer = sandboxes_.SnapshotLayer(build_id);
     if (!layer) return fail(layer.error());
     record.layers = {layer->digest};
     record.layers.insert(record.layers.end(), base_layers.begin(), base_layers.end());
@@ -366,7 +355,7 @@ Result<TemplateRecord> Controller::BuildTemplate(const api::CreateTemplateReques
     spdlog::info("template {}: ready (layer {}: {} files, {} bytes)", record.name, layer->digest,
                  layer->files, layer->bytes);
   }
-  if (auto st = Destroy(build_id); !st) spdlog::error("build: {}", st.error().message());
+  if (auto st = lifecycle_.destroy(build_id); !st) spdlog::error("build: {}", st.error().message());
   {
     std::lock_guard lock(builds_mu_);
     build_sandboxes_.erase(build_id);
@@ -424,7 +413,7 @@ class BuildEvents : public EventStream {
   std::shared_ptr<Queue> queue_;
 };
 
-std::unique_ptr<EventStream> Controller::StartBuild(api::CreateTemplateRequest request) {
+std::unique_ptr<EventStream> TemplateService::StartBuild(api::CreateTemplateRequest request) {
   auto queue = std::make_shared<BuildEvents::Queue>();
   auto push = [queue](api::Event event) {
     std::unique_lock lock(queue->mu);
@@ -438,7 +427,7 @@ std::unique_ptr<EventStream> Controller::StartBuild(api::CreateTemplateRequest r
   };
   std::lock_guard lock(builds_mu_);
   builds_.emplace_back([this, queue, push, request = std::move(request)] {
-    auto built = BuildTemplate(request, push);
+    auto built = Build(request, push);
     if (!built) push({api::ErrorEvent{built.error()}});
     std::lock_guard done_lock(queue->mu);
     queue->done = true;
@@ -447,7 +436,7 @@ std::unique_ptr<EventStream> Controller::StartBuild(api::CreateTemplateRequest r
   return std::make_unique<BuildEvents>(queue);
 }
 
-void Controller::JoinBuilds() {
+void TemplateService::JoinBuilds() {
   std::vector<std::thread> threads;
   std::set<std::string> sandboxes;
   {
@@ -457,18 +446,18 @@ void Controller::JoinBuilds() {
     sandboxes = build_sandboxes_;
   }
   // Destroying a build's sandbox ends the step it runs; the build then fails and returns.
-  for (const std::string& id : sandboxes) (void)Destroy(id);
+  for (const std::string& id : sandboxes) (void)lifecycle_.destroy(id);
   for (std::thread& t : threads) t.join();
 }
 
-Result<Controller::Base> Controller::PrepareBase(const std::string& name,
-                                                 const std::function<void(api::Event)>& log) {
+Result<TemplateService::Base> TemplateService::PrepareBase(
+    const std::string& name, const std::function<void(api::Event)>& log) {
   if (name == api::kDefaultTemplate) return Base{};
   if (name.starts_with('/')) return ImportImage(name, log);
   Result<TemplateRecord> record;
   if (!api::DebianSuite(name).empty()) {
     record = DebianBase(name, log);
-  } else if (auto st = CheckTemplate(name); !st) {
+  } else if (auto st = Check(name); !st) {
     return std::unexpected(st.error());
   } else {
     record = store_.GetTemplate(name);
@@ -483,8 +472,8 @@ Result<Controller::Base> Controller::PrepareBase(const std::string& name,
   return base;
 }
 
-Result<TemplateRecord> Controller::DebianBase(const std::string& name,
-                                              const std::function<void(api::Event)>& log) {
+Result<TemplateRecord> TemplateService::DebianBase(const std::string& name,
+                                                   const std::function<void(api::Event)>& log) {
   const std::string suite(api::DebianSuite(name));
   auto stopping = [this] {
     std::lock_guard lock(builds_mu_);
@@ -520,8 +509,9 @@ Result<TemplateRecord> Controller::DebianBase(const std::string& name,
     record = std::move(*inserted);
 
     spdlog::info("template {}: making it with mmdebstrap from {}", name, images_.debian_mirror);
-    log({api::BaseEvent{name, "making " + name + " with mmdebstrap from " + images_.debian_mirror}});
-    LayerPin pin(*this);
+    log({api::BaseEvent{name,
+                        "making " + name + " with mmdebstrap from " + images_.debian_mirror}});
+    LayerKeeper::Pin pin(layers_);
     images::DebianOptions options;
     options.suite = suite;
     options.mirror = images_.debian_mirror;
@@ -545,14 +535,14 @@ Result<TemplateRecord> Controller::DebianBase(const std::string& name,
     record.state = TemplateState::kReady;
     spdlog::info("template {}: ready (layer {}: {} files, {} bytes)", name, layer->digest,
                  layer->files, layer->bytes);
-    log({api::BaseEvent{name, fmt::format("{} is ready: {} files, {} bytes", name, layer->files,
-                                          layer->bytes)}});
+    log({api::BaseEvent{
+        name, fmt::format("{} is ready: {} files, {} bytes", name, layer->files, layer->bytes)}});
     return store_.UpdateTemplate(record);
   }
 }
 
-Result<Controller::Base> Controller::ImportImage(const std::string& path,
-                                                 const std::function<void(api::Event)>& log) {
+Result<TemplateService::Base> TemplateService::ImportImage(
+    const std::string& path, const std::function<void(api::Event)>& log) {
   if (images_.image_dir.empty()) {
     return Fail(ErrorCode::kPermissionDenied,
                 "this airlockd reads no image archives (image_dir is not set)");
@@ -564,8 +554,8 @@ Result<Controller::Base> Controller::ImportImage(const std::string& path,
   }
   if (::realpath(images_.image_dir.c_str(), dir) == nullptr ||
       !std::string_view(resolved).starts_with(std::string(dir) + "/")) {
-    return Fail(ErrorCode::kPermissionDenied, "image archives are read from " +
-                                                  images_.image_dir + " only, not from " + path);
+    return Fail(ErrorCode::kPermissionDenied,
+                "image archives are read from " + images_.image_dir + " only, not from " + path);
   }
   log({api::BaseEvent{path, "importing the image archive " + path}});
   images::ImageConfig config;
@@ -595,30 +585,30 @@ Result<Controller::Base> Controller::ImportImage(const std::string& path,
   return base;
 }
 
-Result<TemplateRecord> Controller::GetTemplate(const std::string& name) {
+Result<TemplateRecord> TemplateService::Get(const std::string& name) {
   if (name == api::kDefaultTemplate) return BaseTemplate();
   return store_.GetTemplate(name);
 }
 
-Result<std::vector<TemplateRecord>> Controller::ListTemplates() {
+Result<std::vector<TemplateRecord>> TemplateService::List() {
   auto all = store_.ListTemplates();
   if (all) all->insert(all->begin(), BaseTemplate());
   return all;
 }
 
-Status Controller::DeleteTemplate(const std::string& name) {
+Status TemplateService::Delete(const std::string& name) {
   if (name == api::kDefaultTemplate) {
     return Fail(ErrorCode::kFailedPrecondition, "the base template cannot be deleted");
   }
   if (auto st = store_.DeleteTemplate(name); !st) return st;
   pools_.Forget(name);
   spdlog::info("template {}: deleted", name);
-  (void)CollectLayers();
+  (void)layers_.Collect();
   return {};
 }
 
-Result<SandboxRecord> Controller::SnapshotSource(const std::string& id) {
-  auto source = Get(id);
+Result<SandboxRecord> SnapshotService::Source(const std::string& id) {
+  auto source = sandboxes_.Visible(id);
   if (!source) return source;
   if (source->state != store::SandboxState::kRunning &&
       source->state != store::SandboxState::kPaused) {
@@ -636,9 +626,9 @@ Result<SandboxRecord> Controller::SnapshotSource(const std::string& id) {
   return source;
 }
 
-Result<TemplateRecord> Controller::Snapshot(const std::string& id,
-                                            const api::SnapshotRequest& request) {
-  auto source = SnapshotSource(id);
+Result<TemplateRecord> SnapshotService::Snapshot(const std::string& id,
+                                                 const api::SnapshotRequest& request) {
+  auto source = Source(id);
   if (!source) return std::unexpected(source.error());
   // The snapshot's sandboxes get what the source's template gave it.
   api::TemplateSettings settings;
@@ -658,8 +648,8 @@ Result<TemplateRecord> Controller::Snapshot(const std::string& id,
   auto inserted = store_.InsertTemplate(record);  // the name is taken before the copy
   if (!inserted) return std::unexpected(inserted.error());
   record = std::move(*inserted);
-  std::lock_guard<std::recursive_mutex> layers_lock(layers_mu_);
-  auto layer = SnapshotLayer(id);
+  auto layers_lock = layers_.Hold();
+  auto layer = sandboxes_.SnapshotLayer(id);
   if (!layer) {
     record.state = TemplateState::kFailed;
     record.error = layer.error().message();
@@ -674,9 +664,9 @@ Result<TemplateRecord> Controller::Snapshot(const std::string& id,
   return store_.UpdateTemplate(record);
 }
 
-Result<Controller::Forked> Controller::Fork(const std::string& id,
-                                            const api::ForkRequest& request) {
-  auto source = SnapshotSource(id);
+Result<SnapshotService::Forked> SnapshotService::Fork(const std::string& id,
+                                                      const api::ForkRequest& request) {
+  auto source = Source(id);
   if (!source) return std::unexpected(source.error());
   api::CreateSandboxRequest like;
   like.template_name = source->template_name;
@@ -686,15 +676,16 @@ Result<Controller::Forked> Controller::Fork(const std::string& id,
   like.metadata = request.metadata.value_or(source->metadata);
   like.metadata["airlock.forked_from"] = id;
   like.tenant = request.tenant;
-  like.network = PolicyOf(*source);  // each fork gets a network of its own under the same policy
+  like.network =
+      NetworkPolicyOf(*source);  // each fork gets a network of its own under the same policy
   like.engine = source->engine;
   auto workdir = source->resources.find(kWorkdir);
 
-  // Under layers_mu_ until the forks' records name the new layer.
-  std::lock_guard<std::recursive_mutex> layers_lock(layers_mu_);
-  auto layer = SnapshotLayer(id);
+  // Under the keeper's lock until the forks' records name the new layer.
+  auto layers_lock = layers_.Hold();
+  auto layer = sandboxes_.SnapshotLayer(id);
   if (!layer) return std::unexpected(layer.error());
-  Origin origin;
+  SandboxOrigin origin;
   origin.layers = {layer->digest};
   origin.layers.insert(origin.layers.end(), source->layers.begin(), source->layers.end());
   if (workdir != source->resources.end()) origin.workdir = workdir->second;
@@ -702,47 +693,16 @@ Result<Controller::Forked> Controller::Fork(const std::string& id,
   Forked forked;
   forked.layer = layer->digest;
   for (int64_t i = 0; i < request.count; ++i) {
-    auto made = CreateSandbox(like, /*pooled=*/false, &origin);
+    auto made = lifecycle_.create(like, origin);
     if (!made) {
-      for (const SandboxRecord& r : forked.sandboxes) (void)DestroySandbox(r.id, false);
+      for (const SandboxRecord& r : forked.sandboxes) (void)lifecycle_.destroy(r.id);
       return std::unexpected(made.error().Wrap("forking " + id));
     }
     forked.sandboxes.push_back(std::move(*made));
   }
-  spdlog::info("forked {} into {} sandbox(es) (layer {}: {} files, {} bytes)", id,
-               request.count, layer->digest, layer->files, layer->bytes);
+  spdlog::info("forked {} into {} sandbox(es) (layer {}: {} files, {} bytes)", id, request.count,
+               layer->digest, layer->files, layer->bytes);
   return forked;
-}
-
-Controller::LayerPin::LayerPin(Controller& c) : c_(c) {
-  std::lock_guard<std::recursive_mutex> lock(c_.layers_mu_);
-  ++c_.layer_pins_;
-}
-
-Controller::LayerPin::~LayerPin() {
-  std::lock_guard<std::recursive_mutex> lock(c_.layers_mu_);
-  if (--c_.layer_pins_ == 0 && c_.collection_deferred_) (void)c_.CollectLayers();
-}
-
-Result<int> Controller::CollectLayers() {
-  std::lock_guard<std::recursive_mutex> layers_lock(layers_mu_);
-  collection_deferred_ = layer_pins_ > 0;  // done when the last pin goes
-  if (collection_deferred_) return 0;
-  auto used = store_.LayersInUse();
-  if (!used) return std::unexpected(used.error());
-  auto stored = engines_.layers().List();
-  if (!stored) return std::unexpected(stored.error());
-  int removed = 0;
-  for (const std::string& digest : *stored) {
-    if (used->contains(digest)) continue;
-    if (auto st = engines_.layers().Remove(digest); !st) {
-      spdlog::error("removing layer {}: {}", digest, st.error().message());
-      continue;
-    }
-    ++removed;
-  }
-  if (removed > 0) spdlog::info("removed {} layer(s) nothing uses any more", removed);
-  return removed;
 }
 
 }  // namespace airlock::daemon
