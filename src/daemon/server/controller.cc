@@ -1,10 +1,8 @@
 #include "daemon/server/controller.h"
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cmath>
-#include <set>
 #include <utility>
 
 #include "common/ids.h"
@@ -101,172 +99,11 @@ Controller::~Controller() {
 }
 
 Result<RecoveryReport> Controller::Recover() {
-  RecoveryReport report;
-  // A build the previous run did not finish will not finish now; its sandbox goes below.
-  std::set<std::string> unfinished_builds;
-  if (auto templates = store_.ListTemplates()) {
-    for (store::TemplateRecord& t : *templates) {
-      if (t.state != store::TemplateState::kBuilding) continue;
-      t.state = store::TemplateState::kFailed;
-      t.error = "airlockd stopped during the build";
-      if (auto st = store_.UpdateTemplate(t); !st) spdlog::error("{}", st.error().message());
-      unfinished_builds.insert(t.name);
-    }
-  }
-  auto records = store_.List();
-  if (!records) return std::unexpected(records.error().Wrap("listing records at start"));
-  std::set<std::string> claimed;  // ids whose record was dealt with
-  for (const SandboxRecord& rec : *records) {
-    if (rec.state == SandboxState::kDestroyed) continue;
-    claimed.insert(rec.id);
-    RecoverOne(rec, report);
-  }
-  // What each engine holds that no live record claims goes. An engine that is unavailable now
-  // is not asked: what it holds waits for it (a hibernated sandbox is user data).
-  for (runtime::Engine* engine : engines_.Available()) {
-    auto found = engine->ListSandboxes();
-    if (!found) {
-      return std::unexpected(
-          found.error().Wrap("listing the " + std::string(engine->name()) + " engine's sandboxes"));
-    }
-    for (const std::string& id : *found) {
-      if (claimed.contains(id)) continue;
-      spdlog::warn("start: removing {}, which no live record claims", id);
-      if (auto st = engine->Destroy(id); !st) {
-        spdlog::error("start: removing {}: {}", id, st.error().message());
-        continue;
-      }
-      ++report.orphans_removed;
-    }
-  }
-  for (const SandboxRecord& rec : *records) {
-    auto build = rec.metadata.find(kBuildMetadataKey);
-    if (build == rec.metadata.end() || !unfinished_builds.contains(build->second)) continue;
-    if (!sandboxes_.Find(rec.id)) continue;
-    spdlog::info("start: destroying {}, the sandbox of an unfinished build", rec.id);
-    if (auto st = Destroy(rec.id); !st) spdlog::error("start: {}", st.error().message());
-  }
-  spdlog::info(
-      "start: {} adopted, {} not recoverable, {} destroys finished, {} orphans removed, {} left "
-      "for an unavailable engine",
-      report.adopted, report.failed, report.finished, report.orphans_removed, report.unavailable);
-  if (auto collected = layers_.Collect(); !collected) {
-    spdlog::error("start: collecting layers: {}", collected.error().message());
-  }
-  if (networks_) {
-    if (int removed = networks_->RemoveUnclaimed(); removed > 0) {
-      spdlog::info("start: removed {} network namespace(s) no sandbox holds", removed);
-    }
-  }
-  return report;
-}
-
-void Controller::RecoverOne(const SandboxRecord& rec, RecoveryReport& report) {
-  const std::string& id = rec.id;
-  // Destroys what the engine holds for `id` and records why the sandbox is gone.
-  // Its engine: one that is unavailable now leaves the sandbox as it is, record and all (the
-  // next start that has the engine takes it back), rather than destroying user data.
-  auto held_by = engines_.Get(rec.engine);
-  if (!held_by) {
-    spdlog::warn("start: {} ({}) left as it is: {}", id, store::SandboxStateName(rec.state),
-                 held_by.error().message());
-    ++report.unavailable;
-    return;
-  }
-  runtime::Engine& engine = **held_by;
-  auto give_up = [&](const std::string& why) {
-    spdlog::warn("start: {} ({}{}) not recovered: {}", id, store::SandboxStateName(rec.state),
-                 rec.pooled ? ", pooled" : "", why);
-    if (auto st = engine.Destroy(id); !st) {
-      spdlog::error("start: {}", st.error().message());
-      if (auto marked = store_.MarkFailed(id, why); !marked) {
-        spdlog::error("start: {}", marked.error().message());
-      }
-    } else if (rec.pooled) {
-      Discard(id);  // nobody asked for it: no failed record to show
-    } else if (auto marked = store_.MarkFailed(id, why); !marked) {
-      spdlog::error("start: {}", marked.error().message());
-    }
-    ++report.failed;
-  };
-  switch (rec.state) {
-    case SandboxState::kCreating:
-      // Never acknowledged: the 201 goes out only once the record says running.
-      give_up("airlockd stopped during the create; what it had made was removed");
-      return;
-    case SandboxState::kDestroying:
-      if (auto st = FinishDestroy(id); !st) {
-        spdlog::error("start: {}", st.error().message());
-      } else {
-        ++report.finished;
-      }
-      return;
-    case SandboxState::kFailed:
-      // Keeps the record (and its reason) for the caller; removes anything left behind.
-      if (auto st = engine.Destroy(id); !st) spdlog::error("start: {}", st.error().message());
-      return;
-    case SandboxState::kRunning:
-    case SandboxState::kPaused:
-      break;
-    case SandboxState::kDestroyed:
-      return;
-  }
-  const bool paused = rec.state == SandboxState::kPaused;
-  auto adopted = engine.Adopt(id, rec.engine_state, paused);
-  if (!adopted) {
-    give_up("airlockd restarted and " + adopted.error().message());
-    return;
-  }
-  std::vector<std::string> network_env;  // an allowlist network's HTTP_PROXY and friends
-  if (auto slot = rec.resources.find(kNetSlot); slot != rec.resources.end()) {
-    uint32_t number = 0;
-    const std::string& text = slot->second;
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), number);
-    auto adopted_net =
-        !networks_ ? Fail(ErrorCode::kUnimplemented, "this airlockd has no sandbox networking")
-        : ec != std::errc() || end != text.data() + text.size()
-            ? Fail(ErrorCode::kInternal, "its record names network slot '" + text + "'")
-            : networks_->Adopt(id, number, NetworkPolicyOf(rec));
-    if (!adopted_net) {
-      give_up("airlockd restarted and its network could not be taken back: " +
-              adopted_net.error().message());
-      return;
-    }
-    network_env = std::move(adopted_net->env);
-  }
-  auto workdir = rec.resources.find(kWorkdir);
-  // A claimed sandbox's commands carry its env, and its network's as a cold create's agent has
-  // it (after the request's env); the others' agent has both from its start.
-  std::vector<std::string> env;
-  if (rec.resources.contains(kEnvPerCommand)) {
-    env = rec.env;
-    env.insert(env.end(), network_env.begin(), network_env.end());
-  }
-  sandboxes_.Hold(id, &engine, std::move(env), workdir == rec.resources.end() ? "" : workdir->second);
-  if (!paused && !rec.pooled && engine.capabilities().live_limits) {
-    // A claim commits the request's limits before it writes them to the engine; a crash in
-    // between would leave the pool's defaults in force. Writing the recorded ones again closes
-    // that gap (and changes nothing for every other sandbox).
-    runtime::Limits limits;
-    limits.cpus = rec.limits.cpus;
-    limits.memory_mb = static_cast<uint64_t>(rec.limits.memory_mb);
-    limits.pids_max = static_cast<uint64_t>(rec.limits.pids_max);
-    if (auto st = engine.UpdateLimits(id, limits); !st) {
-      spdlog::warn("start: {}: re-applying its limits: {}", id, st.error().message());
-    }
-  }
-  if (!paused) {  // a frozen agent cannot answer; its channel is opened after the resume
-    auto channel = sandboxes_.Acquire(id, /*allow_pooled=*/true);
-    if (!channel) {
-      sandboxes_.Release(id);
-      give_up("airlockd restarted and its agent does not answer: " + channel.error().message());
-      return;
-    }
-    channel->Keep();
-  }
-  spdlog::info("start: adopted {} ({}{})", id, store::SandboxStateName(rec.state),
-               rec.pooled ? ", pooled" : "");
-  ++report.adopted;
+  Recovery recovery(store_, engines_, sandboxes_, layers_, networks_,
+                    {.finish_destroy = [this](const std::string& id) { return FinishDestroy(id); },
+                     .destroy = [this](const std::string& id) { return Destroy(id); },
+                     .discard = [this](const std::string& id) { Discard(id); }});
+  return recovery.Run();
 }
 
 Status Controller::CheckNetwork(const net::NetworkPolicy& policy) const {

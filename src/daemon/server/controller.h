@@ -1,9 +1,7 @@
 #pragma once
 // Controller: the sandbox lifecycle behind the API, and the facade that composes the services
 // (docs/design/services.md). It writes the record before the engine acts, refuses calls that do
-// not fit the record's state (409 with the current state), reconciles the records with what the
-// engines find when the daemon starts (recovery, each record to its own engine) and binds
-// networks. What it composes:
+// not fit the record's state (409 with the current state) and binds networks. What it composes:
 //   SandboxTable (sandbox_table.h)  the sandboxes held here, their engines and agent channels
 //   ExecService (exec_service.h)    commands and processes
 //   FileService (file_service.h)    files and tar streams
@@ -12,6 +10,7 @@
 //   TemplateService, SnapshotService (template_service.h)  templates, builds, bases; snapshots
 //                                   and forks
 //   LayerKeeper (layer_keeper.h)    when layers of the shared layer store may go
+//   Recovery (recovery.h)           what a start does before serving
 // The router calls the services through exec(), files(), expiry(), pools(), templates() and
 // snapshots().
 //
@@ -39,6 +38,7 @@
 #include "daemon/server/metrics.h"
 #include "daemon/server/network_event_log.h"
 #include "daemon/server/pool_service.h"
+#include "daemon/server/recovery.h"
 #include "daemon/server/sandbox_table.h"
 #include "daemon/server/template_service.h"
 #include "daemon/store/store.h"
@@ -50,15 +50,6 @@ namespace airlock::daemon {
 
 // The API's view of a template.
 api::TemplateView ToTemplateView(const store::TemplateRecord& record);
-
-// What recovery did at start.
-struct RecoveryReport {
-  int adopted = 0;          // running / paused sandboxes taken over, alive
-  int failed = 0;           // records that could not be recovered: marked failed, resources gone
-  int finished = 0;         // destroys a previous run had begun, completed
-  int orphans_removed = 0;  // sandboxes the engine had that no live record claimed
-  int unavailable = 0;      // records whose engine is unavailable: left as they were
-};
 
 class Controller {
  public:
@@ -94,11 +85,7 @@ class Controller {
   // networking for any mode but none, 409 for open mode without an uplink. Changes nothing.
   [[nodiscard]] Status CheckNetwork(const net::NetworkPolicy& policy) const;
 
-  // Call once at start, before serving. Brings every record and every engine resource into
-  // agreement: running / paused sandboxes whose agent is alive are adopted (held as if created
-  // here); creating ones (a create the previous run never finished) and those that cannot be
-  // adopted are destroyed and marked failed with the reason; destroying ones are finished;
-  // sandboxes the engine has but no live record claims are destroyed.
+  // Call once at start, before serving (recovery.h: Recovery::Run).
   [[nodiscard]] Result<RecoveryReport> Recover();
 
   // The services it composes.
@@ -159,8 +146,6 @@ class Controller {
   void Discard(const std::string& id);
   // Tears down `id` with the engine and records the outcome; the record must be destroying.
   Status FinishDestroy(const std::string& id);
-  // Recovery of one record; counts into `report`.
-  void RecoverOne(const store::SandboxRecord& record, RecoveryReport& report);
 
   store::Store& store_;
   runtime::EngineRegistry& engines_;
