@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/guest.h"
 #include "support/fake_engine.h"
 
 namespace airlock::daemon {
@@ -219,6 +220,122 @@ TEST_F(ControllerTest, TheReaperDestroysASandboxAtItsTtl) {
   EXPECT_EQ(controller_->expiry().ReapExpired(), 1);
   EXPECT_EQ(controller_->Get(r.id).error().code(), ErrorCode::kNotFound);
   EXPECT_EQ(controller_->expiry().expired_total(), 1u);
+}
+
+// The services hand over typed events; nothing in the daemon parses JSON back.
+TEST_F(ControllerTest, AStreamedCommandHandsOverTypedEventsInOrder) {
+  store::SandboxRecord r = Create();
+  api::ExecRequest exec;
+  exec.cmd = "echo out; echo err >&2; exit 3";
+  exec.stream = true;
+  auto stream = controller_->exec().StartExec(r.id, exec);
+  ASSERT_TRUE(stream) << stream.error().message();
+  std::vector<api::Event> events;
+  while (auto more = (*stream)->Next()) {
+    for (api::Event& e : *more) events.push_back(std::move(e));
+  }
+  ASSERT_GE(events.size(), 2u);
+  auto* start = std::get_if<api::StartEvent>(&events.front().what);
+  ASSERT_NE(start, nullptr) << "the first event is the start";
+  EXPECT_GT(start->pid, 0);
+  EXPECT_EQ(start->pid, (*stream)->pid());
+  std::string out, err;
+  for (const api::Event& e : events) {
+    if (auto* o = std::get_if<api::OutputEvent>(&e.what)) (o->is_stdout ? out : err) += o->data;
+  }
+  EXPECT_EQ(out, "out\n");
+  EXPECT_EQ(err, "err\n");
+  auto* exit = std::get_if<api::ExitEvent>(&events.back().what);
+  ASSERT_NE(exit, nullptr) << "the last event is the exit";
+  EXPECT_EQ(exit->result.exit_code, 3);
+  // Rendered only at the edge: one NDJSON line per event.
+  const std::string line = api::RenderEvent(events.back());
+  EXPECT_NE(line.find("\"type\":\"exit\""), std::string::npos) << line;
+  EXPECT_TRUE(line.ends_with("\n"));
+
+  // A command that cannot start: its stream is one error event, not a failed call.
+  exec.cmd.clear();
+  exec.argv = {"/no/such/program"};
+  auto failed = controller_->exec().StartExec(r.id, exec);
+  ASSERT_TRUE(failed) << failed.error().message();
+  auto first = (*failed)->Next();
+  ASSERT_TRUE(first && first->size() == 1u);
+  auto* error = std::get_if<api::ErrorEvent>(&first->front().what);
+  ASSERT_NE(error, nullptr);
+  EXPECT_EQ(error->error.code(), ErrorCode::kInvalidArgument) << error->error.message();
+  EXPECT_FALSE((*failed)->Next()) << "nothing after the error";
+}
+
+TEST_F(ControllerTest, ARelativeFilePathStartsAtTheGuestsHome) {
+  store::SandboxRecord r = Create();
+  api::FileQuery relative;
+  relative.path = "notes/today.txt";
+  relative.parents = true;
+  ASSERT_TRUE(controller_->files().WriteFile(r.id, relative, "written relative"));
+  api::FileQuery absolute;
+  absolute.path = std::string(runtime::guest::kHome) + "/notes/today.txt";
+  EXPECT_EQ(controller_->files().ReadFile(r.id, absolute).value_or(""), "written relative");
+  // The control: an absolute path is taken as it is.
+  absolute.path = "/tmp/abs.txt";
+  ASSERT_TRUE(controller_->files().WriteFile(r.id, absolute, "at /tmp"));
+  EXPECT_EQ(controller_->files().ReadFile(r.id, absolute).value_or(""), "at /tmp");
+  relative.path = "tmp/abs.txt";
+  EXPECT_FALSE(controller_->files().ReadFile(r.id, relative)) << "not at the home's tmp/";
+}
+
+TEST_F(ControllerTest, AFailedBuildStepSaysHowItEndedAndWhatItPrinted) {
+  api::CreateTemplateRequest build;
+  build.name = "broken";
+  api::TemplateStep ok;
+  ok.run = "echo first step";
+  api::TemplateStep bad;
+  bad.run = "echo the last words; exit 7";
+  build.steps = {ok, bad};
+  std::vector<api::Event> log;
+  auto built = controller_->templates().Build(build, [&](api::Event e) { log.push_back(e); });
+  ASSERT_FALSE(built);
+  EXPECT_NE(built.error().message().find("step 2"), std::string::npos) << built.error().message();
+  EXPECT_NE(built.error().message().find("exited 7"), std::string::npos) << built.error().message();
+  EXPECT_NE(built.error().message().find("the last words"), std::string::npos)
+      << built.error().message();
+  int steps = 0;
+  for (const api::Event& e : log) steps += std::holds_alternative<api::StepEvent>(e.what);
+  EXPECT_EQ(steps, 2) << "a step event for each step run";
+  auto record = controller_->templates().Get("broken");
+  ASSERT_TRUE(record);
+  EXPECT_EQ(record->state, store::TemplateState::kFailed);
+  // The build sandbox went with the build.
+  EXPECT_TRUE(controller_->List({})->empty());
+
+  // The control: the same build without the failing step is ready.
+  build.name = "fine";
+  build.steps = {ok};
+  auto fine = controller_->templates().Build(build, [](api::Event) {});
+  ASSERT_TRUE(fine) << fine.error().message();
+  EXPECT_EQ(fine->state, store::TemplateState::kReady);
+}
+
+TEST_F(ControllerTest, AWarmPoolServesACreateWithTheRequestsSettings) {
+  ASSERT_TRUE(controller_->pools().SetSize(std::string(api::kDefaultTemplate), 1));
+  controller_->pools().StartFiller();
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+       std::chrono::steady_clock::now() < deadline;) {
+    auto pools = controller_->pools().List();
+    if (pools && !pools->empty() && pools->front().ready == 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(controller_->pools().List()->front().ready, 1) << "the pool never filled";
+  EXPECT_TRUE(controller_->List({})->empty()) << "a pooled sandbox is nobody's yet";
+
+  api::CreateSandboxRequest request;
+  request.env = {{"GREETING", "from the claim"}};
+  request.metadata = {{"owner", "test"}};
+  store::SandboxRecord r = Create(request);
+  EXPECT_EQ(controller_->pools().List()->front().hits, 1u);
+  EXPECT_EQ(r.metadata.at("owner"), "test");
+  EXPECT_EQ(Run(r.id, "echo \"$GREETING\""), "from the claim\n")
+      << "the claim's env reaches its commands";
+  controller_->pools().StopFiller();
 }
 
 }  // namespace
