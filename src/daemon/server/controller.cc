@@ -71,18 +71,7 @@ PoolService::Lifecycle Controller::PoolLifecycle() {
   };
 }
 
-TemplateService::Lifecycle Controller::TemplateLifecycle() {
-  return {
-      .create =
-          [this](const api::CreateSandboxRequest& request, const SandboxOrigin& origin) {
-            return CreateSandbox(request, /*pooled=*/false, &origin);
-          },
-      .destroy = [this](const std::string& id) { return Destroy(id); },
-      .check_network = [this](const net::NetworkPolicy& policy) { return CheckNetwork(policy); },
-  };
-}
-
-SnapshotService::Lifecycle Controller::SnapshotLifecycle() {
+SandboxMaker Controller::Maker() {
   return {
       .create =
           [this](const api::CreateSandboxRequest& request, const SandboxOrigin& origin) {

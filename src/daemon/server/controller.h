@@ -63,8 +63,9 @@ class Controller {
         expiry_(store, [this](const std::string& id) { return Destroy(id); }),
         layers_(store, engines.layers()),
         pools_(store, engines, sandboxes_, PoolLifecycle()),
-        templates_(store, engines, sandboxes_, exec_, files_, layers_, pools_, TemplateLifecycle()),
-        snapshots_(store, sandboxes_, layers_, SnapshotLifecycle()) {}
+        templates_(store, engines, sandboxes_, exec_, files_, layers_, pools_, Maker(),
+                   [this](const net::NetworkPolicy& policy) { return CheckNetwork(policy); }),
+        snapshots_(store, sandboxes_, layers_, Maker()) {}
   ~Controller();
   // Call before serving.
   void SetImageSources(ImageSources sources) { templates_.SetImageSources(std::move(sources)); }
@@ -159,8 +160,7 @@ class Controller {
   SnapshotService snapshots_;
   // What the services are given of the lifecycle.
   PoolService::Lifecycle PoolLifecycle();
-  TemplateService::Lifecycle TemplateLifecycle();
-  SnapshotService::Lifecycle SnapshotLifecycle();
+  SandboxMaker Maker();
   std::mutex patch_mu_;  // a metadata merge is read-modify-write
 
   // Takes the sandbox's network away (a failure is logged: the sandbox is gone anyway).

@@ -158,7 +158,7 @@ Status TemplateService::StartCommands(const std::string& id, const ResolvedCreat
 
 Result<TemplateRecord> TemplateService::Build(const api::CreateTemplateRequest& request,
                                               const std::function<void(api::Event)>& log) {
-  if (auto st = lifecycle_.check_network(request.network); !st) return std::unexpected(st.error());
+  if (auto st = check_network_(request.network); !st) return std::unexpected(st.error());
   api::TemplateSettings settings = api::TemplateSettings::From(request);
   // An imported image's layer is named by no record until the build sandbox's is.
   std::optional<LayerKeeper::Pin> pin;
@@ -210,7 +210,7 @@ Result<TemplateRecord> TemplateService::Build(const api::CreateTemplateRequest& 
   std::string build_id;
   auto fail = [&](Error error) -> Result<TemplateRecord> {
     if (!build_id.empty()) {
-      if (auto st = lifecycle_.destroy(build_id); !st) {
+      if (auto st = maker_.destroy(build_id); !st) {
         spdlog::error("build: {}", st.error().message());
       }
       std::lock_guard lock(builds_mu_);
@@ -244,7 +244,7 @@ Result<TemplateRecord> TemplateService::Build(const api::CreateTemplateRequest& 
     if (builds_stop_) return fail(Error(ErrorCode::kUnavailable, "airlockd is shutting down"));
   }
   const SandboxOrigin origin{base_layers, "", base->root, settings.engine};
-  auto sandbox = lifecycle_.create(sandbox_request, origin);
+  auto sandbox = maker_.create(sandbox_request, origin);
   pin.reset();  // the build sandbox's record names the base's layers now
   if (!sandbox) return fail(sandbox.error().Wrap("creating the build sandbox"));
   build_id = sandbox->id;
@@ -355,7 +355,7 @@ Result<TemplateRecord> TemplateService::Build(const api::CreateTemplateRequest& 
     spdlog::info("template {}: ready (layer {}: {} files, {} bytes)", record.name, layer->digest,
                  layer->files, layer->bytes);
   }
-  if (auto st = lifecycle_.destroy(build_id); !st) spdlog::error("build: {}", st.error().message());
+  if (auto st = maker_.destroy(build_id); !st) spdlog::error("build: {}", st.error().message());
   {
     std::lock_guard lock(builds_mu_);
     build_sandboxes_.erase(build_id);
@@ -446,7 +446,7 @@ void TemplateService::JoinBuilds() {
     sandboxes = build_sandboxes_;
   }
   // Destroying a build's sandbox ends the step it runs; the build then fails and returns.
-  for (const std::string& id : sandboxes) (void)lifecycle_.destroy(id);
+  for (const std::string& id : sandboxes) (void)maker_.destroy(id);
   for (std::thread& t : threads) t.join();
 }
 
@@ -693,9 +693,9 @@ Result<SnapshotService::Forked> SnapshotService::Fork(const std::string& id,
   Forked forked;
   forked.layer = layer->digest;
   for (int64_t i = 0; i < request.count; ++i) {
-    auto made = lifecycle_.create(like, origin);
+    auto made = maker_.create(like, origin);
     if (!made) {
-      for (const SandboxRecord& r : forked.sandboxes) (void)lifecycle_.destroy(r.id);
+      for (const SandboxRecord& r : forked.sandboxes) (void)maker_.destroy(r.id);
       return std::unexpected(made.error().Wrap("forking " + id));
     }
     forked.sandboxes.push_back(std::move(*made));

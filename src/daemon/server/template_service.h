@@ -5,7 +5,7 @@
 // it wrote frozen into a layer, the sandbox destroyed) on threads of their own, and the bases a
 // build may start from: a template, a Debian suite (made with mmdebstrap on first use) or an OCI
 // image archive (imported). Build sandboxes are made and destroyed by the lifecycle (the
-// controller) through the functions it gives; steps run through ExecService and FileService.
+// controller) through the SandboxMaker it gives; steps run through ExecService and FileService.
 //
 // Owns the build threads and builds_mu_ (which guards them, the build sandboxes and the stop
 // flag; never held across a call out). Thread-safe; every method blocks.
@@ -58,23 +58,25 @@ struct ResolvedCreate {
   double ready_timeout_seconds = 0;
 };
 
+// How the template and snapshot services make and destroy the sandboxes they need: the
+// lifecycle's cold path (never a pooled sandbox) and its destroy.
+struct SandboxMaker {
+  std::function<Result<store::SandboxRecord>(const api::CreateSandboxRequest&,
+                                             const SandboxOrigin&)>
+      create;
+  std::function<Status(const std::string& id)> destroy;
+};
+
 class TemplateService {
  public:
-  // What builds need of the lifecycle.
-  struct Lifecycle {
-    // A sandbox of `origin` for `request` (the cold path, never from a pool).
-    std::function<Result<store::SandboxRecord>(const api::CreateSandboxRequest&,
-                                               const SandboxOrigin&)>
-        create;
-    std::function<Status(const std::string& id)> destroy;
-    // Whether this daemon can give a build `policy` (Controller::CheckNetwork).
-    std::function<Status(const net::NetworkPolicy& policy)> check_network;
-  };
+  // What builds need of the lifecycle beside its sandboxes: whether this daemon can give a
+  // build `policy` (Controller::CheckNetwork).
+  using CheckNetwork = std::function<Status(const net::NetworkPolicy& policy)>;
 
   // Everything given outlives the service.
   TemplateService(store::Store& store, runtime::EngineRegistry& engines, SandboxTable& sandboxes,
                   ExecService& exec, FileService& files, LayerKeeper& layers, PoolService& pools,
-                  Lifecycle lifecycle)
+                  SandboxMaker maker, CheckNetwork check_network)
       : store_(store),
         engines_(engines),
         sandboxes_(sandboxes),
@@ -82,7 +84,8 @@ class TemplateService {
         files_(files),
         layers_(layers),
         pools_(pools),
-        lifecycle_(std::move(lifecycle)) {}
+        maker_(std::move(maker)),
+        check_network_(std::move(check_network)) {}
   ~TemplateService() { JoinBuilds(); }
   TemplateService(const TemplateService&) = delete;
   TemplateService& operator=(const TemplateService&) = delete;
@@ -136,7 +139,8 @@ class TemplateService {
   FileService& files_;
   LayerKeeper& layers_;
   PoolService& pools_;
-  Lifecycle lifecycle_;
+  SandboxMaker maker_;
+  CheckNetwork check_network_;
   ImageSources images_;
 
   std::mutex builds_mu_;
@@ -152,15 +156,9 @@ class TemplateService {
 // records that name the new layer are written. Owns nothing; thread-safe.
 class SnapshotService {
  public:
-  struct Lifecycle {
-    std::function<Result<store::SandboxRecord>(const api::CreateSandboxRequest&,
-                                               const SandboxOrigin&)>
-        create;
-    std::function<Status(const std::string& id)> destroy;
-  };
   SnapshotService(store::Store& store, SandboxTable& sandboxes, LayerKeeper& layers,
-                  Lifecycle lifecycle)
-      : store_(store), sandboxes_(sandboxes), layers_(layers), lifecycle_(std::move(lifecycle)) {}
+                  SandboxMaker maker)
+      : store_(store), sandboxes_(sandboxes), layers_(layers), maker_(std::move(maker)) {}
 
   [[nodiscard]] Result<store::TemplateRecord> Snapshot(const std::string& id,
                                                        const api::SnapshotRequest& request);
@@ -178,7 +176,7 @@ class SnapshotService {
   store::Store& store_;
   SandboxTable& sandboxes_;
   LayerKeeper& layers_;
-  Lifecycle lifecycle_;
+  SandboxMaker maker_;
 };
 
 }  // namespace airlock::daemon
