@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/subprocess.h"
 #include "net/address_cache.h"
 #include "net/dns.h"
@@ -42,12 +43,6 @@ constexpr uint32_t kDeniedMinTtl = 30, kDeniedMaxTtl = 3600;
 // The priority of the policy rule that sends sandboxes' traffic to a namespace uplink: before the
 // main table (32766).
 constexpr int kUplinkRulePriority = 32000;
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // The nameservers of a resolv.conf (the host's unless told), port 53.
 std::vector<asio::ip::udp::endpoint> HostNameservers(const std::string& path = "/etc/resolv.conf") {
@@ -544,7 +539,7 @@ std::optional<NetworkPolicy> Networks::PolicyFor(const IpAddress& client) const 
 
 void Networks::Record(const IpAddress& client, NetworkEvent event) {
   if (!config_.on_event) return;
-  event.at_ms = NowMs();
+  event.at_ms = UnixNowMs();
   std::string sandbox;
   {
     std::lock_guard lock(mu_);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <utility>
 
+#include "common/clock.h"
 #include "common/ids.h"
 #include "common/build_id.h"
 #include "common/log.h"
@@ -14,12 +15,6 @@ namespace {
 
 using store::SandboxRecord;
 using store::SandboxState;
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 store::SandboxLimits ToStoreLimits(const runtime::Limits& limits) {
   return {.cpus = limits.cpus,
@@ -158,7 +153,7 @@ Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest&
   record.env = api::EnvList(request.env);
   record.metadata = request.metadata;
   // A pooled sandbox has no deadline until a claim gives it the request's.
-  record.expires_at_ms = pooled ? 0 : NowMs() + request.ttl_seconds * 1000;
+  record.expires_at_ms = pooled ? 0 : UnixNowMs() + request.ttl_seconds * 1000;
   record.pooled = pooled;
   record.layers = origin.layers;
   record.tenant = request.tenant;
@@ -262,7 +257,7 @@ Result<SandboxRecord> Controller::Patch(const std::string& id,
     if (auto st = CheckNetwork(*request.network); !st) return std::unexpected(st.error());
   }
   if (request.ttl_seconds) {
-    record = store_.UpdateTtl(id, NowMs() + *request.ttl_seconds * 1000);
+    record = store_.UpdateTtl(id, UnixNowMs() + *request.ttl_seconds * 1000);
     if (!record) return record;
   }
   if (!request.metadata.empty()) record = store_.UpdateMetadata(id, std::move(metadata));

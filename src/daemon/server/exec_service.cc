@@ -5,6 +5,8 @@
 #include <functional>
 #include <utility>
 
+#include "common/clock.h"
+
 namespace airlock::daemon {
 namespace {
 
@@ -214,9 +216,6 @@ Result<std::unique_ptr<EventStream>> ExecService::StartExec(const std::string& i
 }
 
 api::ProcessView ToProcessView(const protocol::ProcessInfo& info) {
-  const auto from_ms = [](int64_t ms) {
-    return std::chrono::system_clock::time_point(std::chrono::milliseconds(ms));
-  };
   api::ProcessView view;
   view.pid = info.pid;
   view.command = info.command;
@@ -224,9 +223,9 @@ api::ProcessView ToProcessView(const protocol::ProcessInfo& info) {
   view.background = info.background;
   view.pty = info.pty;
   view.stdin_open = info.stdin_open;
-  view.started_at = from_ms(info.started_unix_ms);
+  view.started_at = FromUnixMs(info.started_unix_ms);
   if (!info.running) {
-    view.ended_at = from_ms(info.ended_unix_ms);
+    view.ended_at = FromUnixMs(info.ended_unix_ms);
     view.exit = ToResultView({.exit = info.exit});
   }
   return view;
@@ -342,9 +341,7 @@ Result<protocol::ProcessInfo> ExecService::ControlOnce(
     before->running = false;
     before->stdin_open = false;
     before->exit = *exited;
-    before->ended_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                std::chrono::system_clock::now().time_since_epoch())
-                                .count();
+    before->ended_unix_ms = UnixNowMs();
   }
   return before;
 }

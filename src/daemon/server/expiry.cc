@@ -3,18 +3,10 @@
 #include <algorithm>
 #include <optional>
 
+#include "common/clock.h"
 #include "common/log.h"
 
 namespace airlock::daemon {
-namespace {
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
 
 void Expiry::Start(std::chrono::milliseconds period) {
   thread_ = std::thread([this, period] {
@@ -54,7 +46,7 @@ void Expiry::Stop() {
 }
 
 int Expiry::ReapExpired() {
-  auto ids = store_.Expired(NowMs());
+  auto ids = store_.Expired(UnixNowMs());
   if (!ids) {
     spdlog::error("ttl: {}", ids.error().message());
     return 0;
@@ -82,7 +74,7 @@ int Expiry::ReapExpired() {
 int64_t Expiry::PurgeDestroyed() {
   if (destroyed_keep_.count() <= 0) return 0;
   auto purged = store_.PurgeDestroyed(
-      NowMs() - std::chrono::duration_cast<std::chrono::milliseconds>(destroyed_keep_).count());
+      UnixNowMs() - std::chrono::duration_cast<std::chrono::milliseconds>(destroyed_keep_).count());
   if (!purged) {
     spdlog::error("purging destroyed records: {}", purged.error().message());
     return 0;

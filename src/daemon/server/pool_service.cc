@@ -4,6 +4,7 @@
 #include <chrono>
 #include <utility>
 
+#include "common/clock.h"
 #include "common/log.h"
 
 namespace airlock::daemon {
@@ -37,13 +38,7 @@ constexpr auto kMaxBackoff = std::chrono::seconds(30);
 // is noticed by recovery only; this is for sizes that changed without a wake-up).
 constexpr auto kIdlePoll = std::chrono::seconds(1);
 
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-int64_t DeadlineMs(int64_t ttl_seconds) { return NowMs() + ttl_seconds * 1000; }
+int64_t DeadlineMs(int64_t ttl_seconds) { return UnixNowMs() + ttl_seconds * 1000; }
 
 }  // namespace
 

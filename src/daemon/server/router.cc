@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/ids.h"
 #include "daemon/api/json.h"
 #include "daemon/api/query.h"
@@ -81,18 +82,14 @@ HttpReply NotFoundRoute(std::string_view path) {
   return ErrorReply(Error(ErrorCode::kNotFound, "no such route: " + std::string(path)));
 }
 
-std::chrono::system_clock::time_point FromMs(int64_t ms) {
-  return std::chrono::system_clock::time_point(std::chrono::milliseconds(ms));
-}
-
 api::SandboxView ToView(const SandboxRecord& r) {
   api::SandboxView v;
   v.id = r.id;
   v.state = std::string(store::SandboxStateName(r.state));
   v.template_name = r.template_name;
   v.engine = r.engine;
-  v.created_at = FromMs(r.created_at_ms);
-  v.expires_at = FromMs(r.expires_at_ms);
+  v.created_at = FromUnixMs(r.created_at_ms);
+  v.expires_at = FromUnixMs(r.expires_at_ms);
   v.limits.cpus = r.limits.cpus;
   v.limits.memory_mb = static_cast<uint64_t>(r.limits.memory_mb);
   v.limits.pids_max = static_cast<uint64_t>(r.limits.pids_max);
@@ -128,7 +125,7 @@ std::string RenderNetworkEvents(const store::NetworkEventPage& page, int64_t aft
   for (const store::NetworkEventRecord& e : page.events) {
     nlohmann::json one = {
         {"seq", e.seq},
-        {"time", api::FormatTimestamp(FromMs(e.at_ms))},
+        {"time", api::FormatTimestamp(FromUnixMs(e.at_ms))},
         {"kind", e.kind},
         {"name", e.name},
         {"port", e.port},
@@ -536,7 +533,7 @@ HttpReply Router::Keys(const HttpRequest& request, const Caller& caller,
                         .tenant = k.tenant,
                         .admin = k.admin,
                         .revoked = k.revoked,
-                        .created_at = FromMs(k.created_at_ms),
+                        .created_at = FromUnixMs(k.created_at_ms),
                         .key = std::move(plaintext)};
   };
   if (parts.size() == 2) {  // /v1/keys

@@ -10,6 +10,7 @@
 #include <thread>
 #include <utility>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "runtime/images/debian.h"
 #include "runtime/images/oci.h"
@@ -28,10 +29,6 @@ constexpr int64_t kBuildTtlSeconds = 6 * 3600;
 constexpr auto kReadyPoll = std::chrono::milliseconds(50);
 // One try of ready_cmd may take this long.
 constexpr double kReadyTryTimeoutSeconds = 10;
-
-std::chrono::system_clock::time_point FromMs(int64_t ms) {
-  return std::chrono::system_clock::time_point(std::chrono::milliseconds(ms));
-}
 
 api::EnvMap EnvFromList(const std::vector<std::string>& list) {
   api::EnvMap env;
@@ -67,9 +64,7 @@ TemplateRecord BaseTemplate() {
   base.spec = "{}";
   // Made afresh by each start of the daemon (by each engine that has it): its time is the
   // first look.
-  static const int64_t made_at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                        std::chrono::system_clock::now().time_since_epoch())
-                                        .count();
+  static const int64_t made_at_ms = UnixNowMs();
   base.created_at_ms = base.updated_at_ms = made_at_ms;
   return base;
 }
@@ -82,8 +77,8 @@ api::TemplateView ToTemplateView(const TemplateRecord& r) {
           .source = r.source,
           .settings = r.spec,
           .layers = r.layers,
-          .created_at = FromMs(r.created_at_ms),
-          .updated_at = FromMs(r.updated_at_ms),
+          .created_at = FromUnixMs(r.created_at_ms),
+          .updated_at = FromUnixMs(r.updated_at_ms),
           .error = r.error,
           .tenant = r.tenant};
 }
