@@ -315,7 +315,7 @@ Status Collect(const std::string& out, uint64_t body, std::vector<double>* us,
 int Run(const Flags& flags) {
   const std::string load_before = LoadAverage();
   const std::string n = std::to_string(240 + ::getpid() % 10);  // the tests take 20-219
-  airlock::testing::FakeInternet internet(std::stoi(n));
+  airlock::testing::FakeInternet internet(std::stoi(n), /*with_ipv6=*/false);
   if (std::string err = internet.Start(); !err.empty()) {
     std::fprintf(stderr, "%s: the fake internet: %s\n", kTag, err.c_str());
     return 1;

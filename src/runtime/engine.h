@@ -57,7 +57,7 @@ struct SandboxSpec {
 // needs what the engine lacks (409, naming the engine and the capability) before it changes
 // anything; the conformance suite (tests/engine/) checks that what is claimed works.
 struct Capabilities {
-  bool limits = false;          // cpus, memory_mb and pids_max hold from the create on
+  bool limits = false;          // cpus, memory_mb, pids_max and disk_mb hold from the create on
   bool pause = false;           // Pause/Resume: frozen in place, memory kept
   bool live_limits = false;     // UpdateLimits (cpus, memory, pids) on a running sandbox
   bool layer_snapshot = false;  // SnapshotLayer: snapshots, forks of the file system, builds

@@ -84,7 +84,7 @@ class CliTest : public DaemonTest {
   ProcessResult CliWithEnv(const std::vector<std::string>& args,
                            const std::map<std::string, std::string>& env,
                            const std::string& stdin_data = "") {
-    std::vector<std::string> argv = {AIRLOCK_CLI_PATH};
+    std::vector<std::string> argv = {CliPath()};
     argv.insert(argv.end(), args.begin(), args.end());
     return RunProcess(argv, env, stdin_data);
   }
@@ -219,7 +219,7 @@ TEST_F(CliTest, RunPassesTheExitCodeThroughAndLeavesNoSandbox) {
 
 TEST_F(CliTest, RunDeletesItsSandboxOnSigterm) {
   ChildProcess cli;
-  ASSERT_TRUE(cli.Start({AIRLOCK_CLI_PATH, "run", "--", "sleep", "60"}, Env()));
+  ASSERT_TRUE(cli.Start({CliPath(), "run", "--", "sleep", "60"}, Env()));
   // Wait for the sandbox to exist (the exec is then under way or about to be).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (Listed().empty() && std::chrono::steady_clock::now() < deadline) {
@@ -497,7 +497,7 @@ TEST_F(CliTest, ExecShowsOutputWhileTheCommandRuns) {
     r = RunProcess({"/bin/sh", "-c", std::string("exec \"$0\" exec \"$1\" -- sh -c "
                                                  "'echo first; while [ ! -e /tmp/go ]; do sleep "
                                                  "0.02; done; echo second; exit 7' > \"$2\""),
-                    AIRLOCK_CLI_PATH, id, out_file},
+                    CliPath(), id, out_file},
                    Env(), "");
   });
   bool first = false;
@@ -786,7 +786,7 @@ class PtyCli {
       return ::testing::AssertionFailure() << "openpty: " << std::strerror(errno);
     }
     // Built before the fork: the child of a threaded process must not allocate.
-    std::vector<std::string> args = {AIRLOCK_CLI_PATH};
+    std::vector<std::string> args = {CliPath()};
     args.insert(args.end(), cli_args.begin(), cli_args.end());
     std::vector<std::string> env_strings = {"PATH=/usr/bin:/bin"};
     for (const auto& [key, value] : env) env_strings.push_back(key + "=" + value);
@@ -955,7 +955,7 @@ class CliNetworkTest : public CliTest {
     if (::access("/usr/sbin/nft", X_OK) != 0 && ::access("/sbin/nft", X_OK) != 0) {
       GTEST_SKIP() << "nft (nftables) is not installed";
     }
-    internet_.emplace(static_cast<int>(::getpid() % 200) + 20);
+    internet_.emplace();
     ASSERT_EQ(internet_->Start(), "");
     internet_->dns().Set("allowed.test", {.a = {internet_->site}});
     internet_->dns().Set("good.zone.test", {.a = {internet_->site}});

@@ -30,7 +30,7 @@ class NetworkPoolTest : public DaemonTest {
     if (::access("/usr/sbin/nft", X_OK) != 0 && ::access("/sbin/nft", X_OK) != 0) {
       GTEST_SKIP() << "nft (nftables) is not installed";
     }
-    internet_.emplace(static_cast<int>(::getpid() % 200) + 20);
+    internet_.emplace();
     ASSERT_EQ(internet_->Start(), "");
     site_ = internet_->site;
     other_site_ = internet_->other_site;

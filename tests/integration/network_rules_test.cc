@@ -118,7 +118,7 @@ class NetworkRulesTest : public DaemonTest {
       }
     }
     if (::access("/usr/bin/curl", X_OK) != 0) GTEST_SKIP() << "curl is not installed";
-    internet_.emplace(static_cast<int>(::getpid() % 200) + 20, /*with_ipv6=*/true);
+    internet_.emplace(/*with_ipv6=*/true);
     ASSERT_EQ(internet_->Start(), "");
     sites_ = &internet_->sites();
     net_ = internet_->net;

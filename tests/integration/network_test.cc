@@ -102,7 +102,7 @@ class NetworkTest : public DaemonTest {
         GTEST_SKIP() << tool << " is not installed (nftables, iproute2)";
       }
     }
-    internet_.emplace(static_cast<int>(::getpid() % 200) + 20);
+    internet_.emplace();
     const std::string made = internet_->Start();
     ASSERT_EQ(made, "");
     net_ = internet_->net;

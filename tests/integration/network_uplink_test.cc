@@ -60,7 +60,7 @@ class NetworkUplinkTest : public DaemonTest {
     if (::access("/usr/sbin/nft", X_OK) != 0 && ::access("/sbin/nft", X_OK) != 0) {
       GTEST_SKIP() << "nft (nftables) is not installed";
     }
-    net_ = std::to_string(::getpid() % 200 + 20);
+    net_ = std::to_string(TestSlot() + 20);
     inet_ = "airlock-finet-" + net_;
     upl_ = "airlock-fupl-" + net_;
     prefix_ = "198.19." + net_ + ".";

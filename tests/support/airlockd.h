@@ -26,6 +26,8 @@
 #include <vector>
 
 #include "support/http.h"
+#include "support/programs.h"
+#include "support/slot.h"
 
 namespace airlock::testing {
 
@@ -37,13 +39,10 @@ class Daemon {
   // `extra_args` go on airlockd's command line after the ones every test needs.
   explicit Daemon(std::string state_dir, std::vector<std::string> extra_args = {})
       : state_dir_(std::move(state_dir)), extra_args_(std::move(extra_args)) {
-    // Networking of its own, named after this test process (two test binaries run at once):
-    // its nftables table, namespaces and veths are found by that name and removed at the end,
-    // also after a SIGKILL; no links made ahead unless a test asks.
-    static const char kDigits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
-    const unsigned pid = static_cast<unsigned>(::getpid());
-    network_id_ = std::string("p") + kDigits[pid % 36] + kDigits[(pid / 36) % 36] +
-                  kDigits[(pid / 1296) % 36];
+    // Networking of its own, named and numbered after this test process's slot (tests run two
+    // at a time): its nftables table, namespaces and veths are found by that name and removed at
+    // the end, also after a SIGKILL; no links made ahead unless a test asks.
+    network_id_ = "t" + std::to_string(TestSlot());
   }
   Daemon(const Daemon&) = delete;
   ~Daemon() {
@@ -71,14 +70,14 @@ class Daemon {
     if (::pipe2(out, O_CLOEXEC) != 0) return ::testing::AssertionFailure() << "pipe";
     const std::string log = state_dir_ + ".log";
     // Built before the fork: the child of a threaded process must not allocate.
-    std::vector<std::string> args = {AIRLOCKD_PATH, "--listen", "127.0.0.1:0", "--state-dir",
-                                     state_dir_,    "--agent",  AIRLOCK_AGENT_PATH,
-                                     "--launcher",  AIRLOCK_JAIL_LAUNCHER_PATH,
+    std::vector<std::string> args = {AirlockdPath(), "--listen", "127.0.0.1:0", "--state-dir",
+                                     state_dir_,     "--agent",  AgentPath(),
+                                     "--launcher",   LauncherPath(),
                                      "--log-level", "debug",
                                      "--on-shutdown", "destroy",
                                      "--network-id", network_id_,
                                      "--network-subnet",
-                                     "10.213." + std::to_string(::getpid() % 250) + ".0/24",
+                                     "10.213." + std::to_string(TestSlot()) + ".0/24",
                                      "--network-warm-links", "0"};
     args.insert(args.end(), extra_args_.begin(), extra_args_.end());
     std::vector<char*> argv;
@@ -89,7 +88,7 @@ class Daemon {
       ::dup2(out[1], STDOUT_FILENO);
       int err = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
       if (err >= 0) ::dup2(err, STDERR_FILENO);
-      ::execv(AIRLOCKD_PATH, argv.data());
+      ::execv(argv[0], argv.data());
       ::_exit(127);
     }
     ::close(out[1]);

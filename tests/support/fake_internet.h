@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "support/slot.h"
 #include "unit/net/fake_authority.h"
 
 namespace airlock::testing {
@@ -296,13 +297,15 @@ class FakeSites {
 // The topology: namespace airlock-fake-N with eth0 (198.18.N.2, .3 and .200, default route via
 // .1), its peer alupN (198.18.N.1) on the host, the sites above and the DNS authority on the host
 // side. With IPv6 also 2001:db8:N::2 and ::3 (a route via ::1, alupN's), so that the uplink has a
-// global IPv6 address. N (20-219) keeps two processes' fake internets apart; tests take it from
-// their pid.
+// global IPv6 address. N is 20 + the test process's slot (support/slot.h): two processes'
+// fake internets never meet.
 // Start() once; the destructor removes it all (the veth first: a namespace's teardown in the
 // kernel comes later, with its names).
 class FakeInternet {
  public:
-  explicit FakeInternet(int n, bool with_ipv6 = false)
+  explicit FakeInternet(bool with_ipv6 = false) : FakeInternet(TestSlot() + 20, with_ipv6) {}
+  // N chosen by the caller (the benchmarks take 240-249, clear of the tests' 20-219).
+  FakeInternet(int n, bool with_ipv6)
       : net(std::to_string(n)),
         ns("airlock-fake-" + net),
         uplink("alup" + net),
