@@ -182,7 +182,8 @@ Status Agent::Listen(const std::string& path) {
   if (::chmod(path.c_str(), 0600) < 0) return FailErrno("chmod " + path, errno);
   if (::listen(fd.get(), 64) < 0) return FailErrno("listen " + path, errno);
   listen_path_ = path;
-  return ListenOn(std::move(fd));
+  // Not ListenOn's checks: this socket is known to listen, and gVisor has no SO_ACCEPTCONN.
+  return Serve(std::move(fd));
 }
 
 Status Agent::ListenOn(UniqueFd fd) {
@@ -195,6 +196,10 @@ Status Agent::ListenOn(UniqueFd fd) {
   if (::getsockopt(fd.get(), SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) < 0 || !listening) {
     return Fail(ErrorCode::kInvalidArgument, "the listening fd is not listening");
   }
+  return Serve(std::move(fd));
+}
+
+Status Agent::Serve(UniqueFd fd) {
   int flags = ::fcntl(fd.get(), F_GETFL);
   if (flags < 0 || ::fcntl(fd.get(), F_SETFL, flags | O_NONBLOCK) < 0 ||
       ::fcntl(fd.get(), F_SETFD, FD_CLOEXEC) < 0) {

@@ -80,6 +80,9 @@ class Agent {
   int Run();
 
  private:
+  // Accepts channels on `fd`, a socket that listens.
+  Status Serve(UniqueFd fd);
+
   struct Connection;
   struct ExecState;
   struct Attachment;

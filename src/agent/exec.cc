@@ -48,10 +48,53 @@ struct ChildArgs {
   int failed_errno;
 };
 
+// A getdents64 record (linux_dirent64, which glibc does not declare).
+struct linux_dirent64_view {
+  uint64_t ino;
+  int64_t off;
+  unsigned short reclen;
+  unsigned char type;
+  char name[];
+};
+
 [[noreturn]] void ChildFail(ChildArgs* a, const char* step) {
   a->failed_step = step;
   a->failed_errno = errno;
   _exit(127);
+}
+
+// close_range(CLOSE_RANGE_CLOEXEC) where the kernel lacks it (gVisor's): FD_CLOEXEC on every fd
+// above 2 that /proc/self/fd lists. Raw syscalls and a buffer on the stack only (it runs in the
+// child before execve). 0, or -1 with errno.
+int SetCloexecFromProc() {
+  const int dir = static_cast<int>(
+      ::syscall(SYS_openat, AT_FDCWD, "/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dir < 0) return -1;
+  alignas(8) char buf[4096];
+  while (true) {
+    const long n = ::syscall(SYS_getdents64, dir, buf, sizeof buf);
+    if (n < 0) {
+      ::close(dir);
+      return -1;
+    }
+    if (n == 0) break;
+    for (long off = 0; off < n;) {
+      const auto* d = reinterpret_cast<const struct linux_dirent64_view*>(buf + off);
+      off += d->reclen;
+      int fd = 0;
+      bool number = d->name[0] != '\0';
+      for (const char* c = d->name; *c != '\0'; ++c) {
+        if (*c < '0' || *c > '9') number = false;
+        fd = fd * 10 + (*c - '0');
+      }
+      if (number && fd > 2 && fd != dir && ::fcntl(fd, F_SETFD, FD_CLOEXEC) < 0 && errno != EBADF) {
+        ::close(dir);
+        return -1;
+      }
+    }
+  }
+  ::close(dir);
+  return 0;
 }
 
 // Runs in the child, sharing the agent's memory until execve: async-signal-safe calls only.
@@ -66,7 +109,10 @@ int ChildMain(void* arg) {
     ChildFail(a, "dup2");
   }
   // Every other fd is the agent's: close them at exec.
-  if (::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC) < 0) ChildFail(a, "close_range");
+  if (::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC) < 0 &&
+      ((errno != EINVAL && errno != ENOSYS) || SetCloexecFromProc() < 0)) {
+    ChildFail(a, "close_range");
+  }
   // The agent ignores SIGPIPE and handles nothing else (main resets the rest at start).
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
@@ -76,7 +122,11 @@ int ChildMain(void* arg) {
   if (::sigprocmask(SIG_SETMASK, &empty, nullptr) < 0) ChildFail(a, "sigprocmask");
   if (a->nofile && ::setrlimit(RLIMIT_NOFILE, a->nofile) < 0) ChildFail(a, "setrlimit");
   ::umask(022);  // the agent's own is 0, so that file modes it sets are exact
-  if (::prctl(PR_SET_CHILD_SUBREAPER, 1) < 0) ChildFail(a, "prctl(PR_SET_CHILD_SUBREAPER)");
+  // A kernel without child subreapers (gVisor's) leaves a double-forked daemon to the agent,
+  // outside the command's tree: its session still ties it to the command (process_tree.h).
+  if (::prctl(PR_SET_CHILD_SUBREAPER, 1) < 0 && errno != EINVAL) {
+    ChildFail(a, "prctl(PR_SET_CHILD_SUBREAPER)");
+  }
   // The bounding set first (that needs CAP_SETPCAP), then the user switch (CAP_SETUID and
   // CAP_SETGID), then everything that is left: even as uid 0, the command execs with nothing.
   if (a->drop_caps) {
@@ -95,7 +145,9 @@ int ChildMain(void* arg) {
     __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
     __user_cap_data_struct none[2]{};
     if (::syscall(SYS_capset, &header, none) < 0) ChildFail(a, "capset");
-    if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0) {
+    // The capset above cleared the ambient set already (it may hold only what is permitted and
+    // inheritable); EINVAL is a kernel without ambient capabilities (gVisor's).
+    if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL) {
       ChildFail(a, "prctl(PR_CAP_AMBIENT_CLEAR_ALL)");
     }
   }

@@ -129,7 +129,12 @@ Result<FileRoot> FileRoot::Open(const std::string& root,
                                 std::optional<std::pair<uid_t, gid_t>> owner) {
   UniqueFd fd(::open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!fd) return FailErrno("opening file root " + root, errno);
-  return FileRoot(std::move(fd), owner);
+  FileRoot r(std::move(fd), owner);
+  struct stat of_root, of_process_root;
+  r.is_process_root_ = ::fstat(r.root_.get(), &of_root) == 0 &&
+                       ::stat("/", &of_process_root) == 0 && of_root.st_dev == of_process_root.st_dev &&
+                       of_root.st_ino == of_process_root.st_ino;
+  return r;
 }
 
 Result<UniqueFd> FileRoot::Resolve(const std::string& path, int flags, mode_t mode) const {
@@ -143,6 +148,13 @@ Result<UniqueFd> FileRoot::Resolve(const std::string& path, int flags, mode_t mo
   for (int attempt = 0;; ++attempt) {
     long fd = ::syscall(SYS_openat2, root_.get(), rel.c_str(), &how, sizeof how);
     if (fd >= 0) return UniqueFd(static_cast<int>(fd));
+    // A kernel without openat2 (gVisor's): a root that is the agent's own "/" needs no
+    // confinement (every path resolves inside it anyway); any other root fails closed.
+    if (errno == ENOSYS && is_process_root_) {
+      fd = ::openat(root_.get(), rel.c_str(), static_cast<int>(how.flags), how.mode);
+      if (fd >= 0) return UniqueFd(static_cast<int>(fd));
+      return FailErrno(path, errno);
+    }
     // EAGAIN: a rename raced the lookup; the kernel asks for a retry.
     if ((errno == EAGAIN || errno == EINTR) && attempt < 32) continue;
     return FailErrno(path, errno);

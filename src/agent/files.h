@@ -44,7 +44,7 @@ class FileRoot {
   FileRoot(UniqueFd root, std::optional<std::pair<uid_t, gid_t>> owner)
       : root_(std::move(root)), owner_(owner) {}
 
-  // openat2 below the root.
+  // openat2 below the root (openat where the kernel lacks openat2 and the root is "/").
   Result<UniqueFd> Resolve(const std::string& path, int flags, mode_t mode = 0) const;
   // The directory holding the last component, and that component ("" for the root itself).
   Result<std::pair<UniqueFd, std::string>> ResolveParent(const std::string& path) const;
@@ -55,6 +55,8 @@ class FileRoot {
 
   UniqueFd root_;
   std::optional<std::pair<uid_t, gid_t>> owner_;
+  // The root is the agent's own "/": without openat2 (gVisor) paths need no confinement to it.
+  bool is_process_root_ = false;
 };
 
 }  // namespace airlock::agent

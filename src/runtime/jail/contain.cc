@@ -24,6 +24,7 @@
 #include <cstring>
 
 #include "common/syscall.h"
+#include "runtime/guest_files.h"
 #include "runtime/guest.h"
 #include "runtime/jail/seccomp_policy.h"
 
@@ -101,7 +102,7 @@ int MakeOwnUsr(const std::string& upper) {
   if (::mkdir((upper + "/usr").c_str(), 0755) < 0) return -1;
   const std::string local = upper + "/usr/local";
   if (::mkdir(local.c_str(), 0755) < 0) return -1;
-  for (const char* dir : kUsrLocalDirs) {
+  for (const char* dir : runtime::guest::kUsrLocalDirs) {
     if (::mkdir((local + "/" + dir).c_str(), 0755) < 0) return -1;
   }
   return 0;
@@ -308,7 +309,7 @@ int ReadSmallFile(const char* path, std::string& out) {
 // Runs inside the new root (after pivot_root): every path resolves inside the sandbox.
 Failure WriteEtc(const JailConfig& c, const UniqueFd& alternatives) {
   if (MkdirOwned("/etc", 0755, 0) < 0) return {"mkdir /etc", errno};
-  for (auto& [name, text] : EtcFiles(c.id, c.nameserver)) {
+  for (auto& [name, text] : runtime::guest::EtcFiles(c.id, c.nameserver)) {
     const std::string path = "/etc/" + name;
     // A root file system has accounts of its own (daemon, _apt, ...); ours replace those with
     // the same name or id.
@@ -317,7 +318,7 @@ Failure WriteEtc(const JailConfig& c, const UniqueFd& alternatives) {
       if (ReadSmallFile(path.c_str(), existing) < 0 && errno != ENOENT) {
         return {"read /etc accounts", errno};
       }
-      text = MergeAccounts(existing, text);
+      text = runtime::guest::MergeAccounts(existing, text);
     }
     // What a layer has there (a symlink, say) is replaced, not written through.
     if (::unlink(path.c_str()) < 0 && errno != ENOENT) return {"replace /etc file", errno};
@@ -538,59 +539,6 @@ int SendGo(int sock, const std::vector<UniqueFd>& layers) {
 }
 
 }  // namespace
-
-std::vector<std::pair<std::string, std::string>> EtcFiles(const std::string& hostname,
-                                                          const std::string& nameserver) {
-  return {
-      {"passwd",
-       "root:x:0:0:root:/root:/bin/sh\n"
-       "user:x:1000:1000:user:/home/user:/bin/bash\n"
-       "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"},
-      {"group", "root:x:0:\ntty:x:5:user\nuser:x:1000:\nnogroup:x:65534:\n"},
-      {"hosts", "127.0.0.1\tlocalhost " + hostname + "\n::1\tlocalhost ip6-localhost\n"},
-      {"hostname", hostname + "\n"},
-      {"nsswitch.conf", "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\n"},
-      // Without a network the resolver has nothing to ask.
-      {"resolv.conf", nameserver.empty() ? "# this sandbox has no network\n"
-                                         : "nameserver " + nameserver + "\noptions edns0\n"},
-  };
-}
-
-std::string MergeAccounts(std::string_view existing, std::string_view ours) {
-  // Field 0 is the name, field 2 the numeric id, in both passwd and group.
-  auto field = [](std::string_view line, int n) {
-    for (int i = 0; i < n; ++i) {
-      size_t colon = line.find(':');
-      if (colon == std::string_view::npos) return std::string_view();
-      line.remove_prefix(colon + 1);
-    }
-    return line.substr(0, line.find(':'));
-  };
-  auto lines = [](std::string_view text, auto&& each) {
-    while (!text.empty()) {
-      size_t nl = text.find('\n');
-      std::string_view line = text.substr(0, nl);
-      if (!line.empty()) each(line);
-      text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
-    }
-  };
-  std::vector<std::string_view> names, ids;
-  lines(ours, [&](std::string_view line) {
-    names.push_back(field(line, 0));
-    ids.push_back(field(line, 2));
-  });
-  std::string out(ours);
-  if (!out.empty() && out.back() != '\n') out += '\n';
-  lines(existing, [&](std::string_view line) {
-    auto taken = [](const std::vector<std::string_view>& v, std::string_view x) {
-      return std::find(v.begin(), v.end(), x) != v.end();
-    };
-    if (taken(names, field(line, 0)) || taken(ids, field(line, 2))) return;
-    out.append(line);
-    out += '\n';
-  });
-  return out;
-}
 
 std::string FormatReport(const LaunchReport& r) {
   if (r.failed_step.empty()) return "ok " + std::to_string(r.pid) + "\n";

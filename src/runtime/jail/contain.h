@@ -29,18 +29,6 @@ constexpr uint64_t AgentCapabilityMask() {
   return mask;
 }
 
-// The directories of the host's /usr that a sandbox on the `base` root sees, read-only, where
-// the host has them (docs/design/jail.md says why each): programs, their libraries, the data
-// they read and what compilers need. Nothing else of the host's /usr shows: not /usr/local (what
-// the host's operator installed), /usr/src, /usr/games, nor whatever else the host keeps there.
-inline constexpr const char* kHostUsrDirs[] = {"bin",    "sbin",    "lib",     "lib32", "lib64",
-                                               "libx32", "libexec", "include", "share"};
-
-// What the sandbox's own /usr/local holds at first (empty directories, written in its layer),
-// as Debian's base-files lays it out.
-inline constexpr const char* kUsrLocalDirs[] = {"bin",  "etc",   "include", "lib",
-                                                "sbin", "share", "src"};
-
 struct JailConfig {
   std::string id;            // becomes the hostname
   std::string sandbox_dir;   // host directory holding empty "disk" and "rootfs" mount points
@@ -103,13 +91,5 @@ inline constexpr size_t kMaxLayers = 64;
 // Runs the launcher: clones the sandbox, maps its ids, waits for it to exec the agent or fail.
 // Returns the report to write. Precondition: single-threaded, root on the host.
 LaunchReport Launch(const JailConfig& config);
-
-// The /etc files of a fresh sandbox: name -> contents. `nameserver` "": no network.
-std::vector<std::pair<std::string, std::string>> EtcFiles(const std::string& hostname,
-                                                          const std::string& nameserver = "");
-
-// passwd or group text: `ours` (root, user, nobody, ...), then every line of `existing` whose
-// name and id are not one of ours.
-std::string MergeAccounts(std::string_view existing, std::string_view ours);
 
 }  // namespace airlock::jail

@@ -28,6 +28,7 @@
 #include "common/log.h"
 #include "common/syscall.h"
 #include "protocol/client.h"
+#include "runtime/guest_files.h"
 #include "runtime/jail/contain.h"
 #include "runtime/jail/seccomp_policy.h"
 
@@ -154,43 +155,6 @@ void Reap(pid_t pid, std::chrono::milliseconds timeout) {
   }
 }
 
-// The top-level directories a host may have as symlinks into /usr (merged /usr) or not.
-constexpr const char* kTopDirs[] = {"bin", "sbin", "lib", "lib32", "lib64", "libx32"};
-
-// Each of `names` in the host's directory `host` ("" for /) as the host has it, at the same name
-// in `dir` of a template: a symlink is copied (it resolves inside the sandbox), a directory gets
-// an empty mount point; what the host lacks is removed (a state dir can outlive a change of the
-// host). Returns the names that are directories, to bind.
-Result<std::vector<std::string>> MirrorHostEntries(const std::string& host, const std::string& dir,
-                                                   std::span<const char* const> names) {
-  std::vector<std::string> dirs;
-  for (const char* name : names) {
-    const std::string from = host + "/" + name, inside = dir + "/" + name;
-    struct stat st, old;
-    const bool present = ::lstat(from.c_str(), &st) == 0;
-    std::error_code ec;
-    // What is there is replaced unless it is already the mount point wanted (never chmod-ed
-    // through a symlink).
-    if (::lstat(inside.c_str(), &old) == 0 &&
-        !(present && S_ISDIR(st.st_mode) && S_ISDIR(old.st_mode))) {
-      fs::remove(inside, ec);
-    }
-    if (!present) continue;
-    if (S_ISLNK(st.st_mode)) {
-      char target[256];
-      ssize_t n = ::readlink(from.c_str(), target, sizeof target - 1);
-      if (n <= 0) return FailErrno("readlink " + from, errno);
-      if (::symlink(std::string(target, static_cast<size_t>(n)).c_str(), inside.c_str()) < 0) {
-        return FailErrno("symlink " + inside, errno);
-      }
-    } else if (S_ISDIR(st.st_mode)) {
-      if (auto made = MakeDir(inside, 0755); !made) return std::unexpected(made.error());
-      dirs.emplace_back(name);
-    }
-  }
-  return dirs;
-}
-
 }  // namespace
 
 Result<std::unique_ptr<JailEngine>> JailEngine::Open(JailOptions options) {
@@ -284,11 +248,11 @@ Status JailEngine::PrepareTemplates() {
   for (const char* sub : {"usr", "proc", "dev", "tmp", "sys", "run"}) {
     if (auto st = MakeDir(dir + "/" + sub, 0755); !st) return st;
   }
-  auto top = MirrorHostEntries("", dir, kTopDirs);
+  auto top = runtime::guest::MirrorHostEntries("", dir, runtime::guest::kHostTopDirs);
   if (!top) return std::unexpected(top.error());
   ro_binds_.clear();
   for (const std::string& name : *top) ro_binds_.push_back("/" + name);
-  auto usr = MirrorHostEntries("/usr", dir + "/usr", kHostUsrDirs);
+  auto usr = runtime::guest::MirrorHostEntries("/usr", dir + "/usr", runtime::guest::kHostUsrDirs);
   if (!usr) return std::unexpected(usr.error());
   usr_dirs_ = std::move(*usr);
   // Said now rather than by every create's failed bind.

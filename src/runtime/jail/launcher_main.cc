@@ -24,6 +24,7 @@
 
 #include "common/ids.h"
 #include "common/syscall.h"
+#include "runtime/guest_files.h"
 #include "runtime/jail/contain.h"
 
 namespace {
@@ -162,10 +163,10 @@ int main(int argc, char** argv) {
         break;
       case kUsrDir:
         // Only the directories the design lets a sandbox see: a name is a host path.
-        if (std::ranges::find_if(airlock::jail::kHostUsrDirs, [](const char* dir) {
+        if (std::ranges::find_if(airlock::runtime::guest::kHostUsrDirs, [](const char* dir) {
               return std::string_view(dir) == optarg;
-            }) == std::end(airlock::jail::kHostUsrDirs)) {
-          Usage("--usr-dir takes one of the names in kHostUsrDirs (contain.h)");
+            }) == std::end(airlock::runtime::guest::kHostUsrDirs)) {
+          Usage("--usr-dir takes one of the names in kHostUsrDirs (runtime/guest_files.h)");
         }
         c.usr_dirs.emplace_back(optarg);
         break;

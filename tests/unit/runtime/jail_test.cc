@@ -24,6 +24,7 @@
 #include "common/ids.h"
 #include "common/syscall.h"
 #include "protocol/client.h"
+#include "runtime/guest_files.h"
 #include "runtime/jail/contain.h"
 #include "runtime/jail/jail_engine.h"
 #include "runtime/jail/posture.h"
@@ -286,7 +287,7 @@ TEST_F(JailTest, TheBaseRootShowsOnlyTheListedDirectoriesOfTheHostsUsr) {
 
   // /usr holds what the host has of kHostUsrDirs, and /usr/local; nothing else of the host's.
   std::set<std::string> want = {"local"};
-  for (const char* dir : kHostUsrDirs) {
+  for (const char* dir : runtime::guest::kHostUsrDirs) {
     if (fs::is_symlink("/usr/" + std::string(dir)) ||
         fs::is_directory("/usr/" + std::string(dir))) {
       want.insert(dir);
@@ -303,7 +304,7 @@ TEST_F(JailTest, TheBaseRootShowsOnlyTheListedDirectoriesOfTheHostsUsr) {
   // mounted below those).
   auto mounts = MountsBelow(Run(box, "cat /proc/self/mountinfo").stdout_data, "/usr");
   std::set<std::string> points, expected_points = {"/usr", "/usr/local"};
-  for (const char* dir : kHostUsrDirs) {
+  for (const char* dir : runtime::guest::kHostUsrDirs) {
     if (fs::is_directory("/usr/" + std::string(dir)) &&
         !fs::is_symlink("/usr/" + std::string(dir))) {
       expected_points.insert("/usr/" + std::string(dir));

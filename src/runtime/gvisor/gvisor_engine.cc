@@ -1,0 +1,680 @@
+#include "runtime/gvisor/gvisor_engine.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "common/elf.h"
+#include "common/ids.h"
+#include "common/subprocess.h"
+#include "common/syscall.h"
+#include "protocol/client.h"
+#include "runtime/guest.h"
+#include "runtime/guest_files.h"
+
+extern char** environ;
+
+namespace airlock::gvisor {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using runtime::SandboxInfo;
+using runtime::SandboxSpec;
+using Clock = std::chrono::steady_clock;
+
+// Where the agent is, inside: its binary and the directory of the host it listens in.
+constexpr const char* kAgentInside = "/.airlock/agent";
+constexpr const char* kRunInside = "/.airlock/run";
+constexpr const char* kAgentSocket = "agent.sock";
+// How long a create waits for runsc, and then for the agent's socket.
+constexpr auto kRunscTimeout = std::chrono::seconds(30);
+constexpr auto kAgentTimeout = std::chrono::seconds(15);
+// Layers a root may stack. One for now: on a root of two or more, runsc's gofer answers stat of
+// the lower layers' files with EINVAL (runsc 20221219; docs/design/gvisor.md, "Not yet").
+constexpr uint32_t kMaxLayers = 1;
+
+class GvisorSandbox : public runtime::Sandbox {
+ public:
+  GvisorSandbox(SandboxInfo info, UniqueFd channel)
+      : info_(std::move(info)), channel_(std::move(channel)) {}
+  const SandboxInfo& info() const override { return info_; }
+  UniqueFd TakeAgentChannel() override { return std::move(channel_); }
+
+ private:
+  SandboxInfo info_;
+  UniqueFd channel_;
+};
+
+Status MakeDir(const std::string& path, mode_t mode) {
+  if (::mkdir(path.c_str(), mode) < 0 && errno != EEXIST) return FailErrno("mkdir " + path, errno);
+  if (::chmod(path.c_str(), mode) < 0) return FailErrno("chmod " + path, errno);
+  return {};
+}
+
+Status WriteText(const std::string& path, std::string_view text, mode_t mode) {
+  auto fd = OpenFile(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode);
+  if (!fd) return std::unexpected(fd.error());
+  return WriteAll(fd->get(), text);
+}
+
+// The inode cap of a tmpfs of `mb` MiB: one inode per 4 KiB, at least 1024 (as the jail's).
+uint64_t InodesFor(uint64_t mb) { return std::max<uint64_t>(1024, mb * 256); }
+
+// Connects to `dir`/agent.sock through an O_PATH descriptor of `dir`, so that a long state dir
+// cannot overflow sun_path. kUnavailable while nothing listens there.
+Result<UniqueFd> ConnectSocketIn(const std::string& dir) {
+  auto dir_fd = OpenFile(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (!dir_fd) return std::unexpected(dir_fd.error());
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::string path =
+      "/proc/self/fd/" + std::to_string(dir_fd->get()) + "/" + kAgentSocket;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return FailErrno("socket", errno);
+  if (RetryEintr([&] {
+        return ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+      }) < 0) {
+    Error e = ErrnoError("connecting to the agent at " + dir + "/" + kAgentSocket, errno);
+    if (e.sys_errno() == ENOENT || e.sys_errno() == ECONNREFUSED) {
+      e = Error(ErrorCode::kUnavailable, e.message(), e.sys_errno());
+    }
+    return std::unexpected(std::move(e));
+  }
+  return fd;
+}
+
+// The last `n` bytes of a file, for an error message.
+std::string Tail(const std::string& path, size_t n = 600) {
+  std::string text = ReadFileToString(path, 1 << 20).value_or("");
+  if (text.size() > n) text = "..." + text.substr(text.size() - n);
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text;
+}
+
+// The sandbox's OCI runtime spec (config.json in its bundle).
+json RuntimeSpec(const SandboxSpec& spec, const std::string& dir, const std::string& agent,
+                 const std::vector<std::string>& top_dirs,
+                 const std::vector<std::string>& usr_dirs, const std::string& cgroup_parent) {
+  std::vector<std::string> args = {kAgentInside,
+                                   "--listen",
+                                   std::string(kRunInside) + "/" + kAgentSocket,
+                                   "--root",
+                                   std::string(runtime::guest::kAgentRoot),
+                                   "--user",
+                                   spec.user.empty() ? std::string(runtime::guest::kUser)
+                                                     : spec.user,
+                                   "--drop-caps"};
+  for (const std::string& kv : spec.env) args.insert(args.end(), {"--env", kv});
+  // The agent's own capabilities (it switches users, drops every capability from commands,
+  // signals them, and works on files their users own); commands get none (--drop-caps).
+  const json caps = {"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_KILL",
+                     "CAP_SETGID", "CAP_SETUID",      "CAP_SETPCAP"};
+  json mounts = json::array({
+      {{"destination", "/proc"}, {"type", "proc"}, {"source", "proc"}},
+      {{"destination", "/dev"},
+       {"type", "tmpfs"},
+       {"source", "tmpfs"},
+       {"options", {"nosuid", "strictatime", "mode=755", "size=65536k"}}},
+      {{"destination", "/dev/pts"},
+       {"type", "devpts"},
+       {"source", "devpts"},
+       {"options", {"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}}},
+      {{"destination", "/dev/shm"},
+       {"type", "tmpfs"},
+       {"source", "shm"},
+       {"options", {"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}}},
+      {{"destination", "/sys"},
+       {"type", "sysfs"},
+       {"source", "sysfs"},
+       {"options", {"nosuid", "noexec", "nodev", "ro"}}},
+      {{"destination", "/tmp"},
+       {"type", "tmpfs"},
+       {"source", "tmpfs"},
+       {"options",
+        {"nosuid", "nodev", "mode=1777", "size=" + std::to_string(spec.limits.tmp_mb) + "m"}}},
+      {{"destination", kAgentInside},
+       {"type", "bind"},
+       {"source", agent},
+       {"options", {"bind", "ro"}}},
+      {{"destination", kRunInside},
+       {"type", "bind"},
+       {"source", dir + "/run"},
+       {"options", {"bind", "rw", "nosuid", "nodev", "noexec"}}},
+  });
+  if (spec.root.host_usr) {
+    for (const std::string& top : top_dirs) {
+      mounts.push_back({{"destination", "/" + top},
+                        {"type", "bind"},
+                        {"source", "/" + top},
+                        {"options", {"rbind", "ro", "nosuid", "nodev"}}});
+    }
+    for (const std::string& usr : usr_dirs) {
+      mounts.push_back({{"destination", "/usr/" + usr},
+                        {"type", "bind"},
+                        {"source", "/usr/" + usr},
+                        {"options", {"rbind", "ro", "nosuid", "nodev"}}});
+    }
+  }
+  json namespaces = json::array({{{"type", "pid"}}, {{"type", "ipc"}}, {{"type", "uts"}},
+                                 {{"type", "mount"}}});
+  json network = {{"type", "network"}};
+  if (!spec.netns.empty()) network["path"] = spec.netns;
+  namespaces.push_back(network);
+  const int64_t memory = static_cast<int64_t>(spec.limits.memory_mb) << 20;
+  constexpr int64_t kPeriod = 100000;
+  return {
+      {"ociVersion", "1.0.2"},
+      {"process",
+       {{"terminal", false},
+        {"user", {{"uid", 0}, {"gid", 0}}},
+        {"args", args},
+        {"env", {"PATH=" + std::string(runtime::guest::kDefaultPath)}},
+        {"cwd", "/"},
+        {"noNewPrivileges", true},
+        {"capabilities",
+         {{"bounding", caps}, {"effective", caps}, {"permitted", caps}, {"inheritable", json::array()}}},
+        {"rlimits",
+         {{{"type", "RLIMIT_NOFILE"}, {"hard", spec.limits.nofile}, {"soft", spec.limits.nofile}}}}}},
+      {"root", {{"path", dir + "/rootfs"}, {"readonly", false}}},
+      {"hostname", spec.id},
+      {"mounts", mounts},
+      {"linux",
+       {{"namespaces", namespaces},
+        {"resources",
+         {{"memory", {{"limit", memory}, {"swap", memory}}},
+          {"cpu",
+           {{"quota", static_cast<int64_t>(spec.limits.cpus * kPeriod)}, {"period", kPeriod}}},
+          {"pids", {{"limit", spec.limits.pids_max}}}}},
+        {"cgroupsPath", "/" + cgroup_parent + "/" + spec.id}}},
+  };
+}
+
+// The guest contract's files, written into the mounted root (they land in its writable layer):
+// /etc's files (accounts merged into a root file system's own), the homes, the agent's mount
+// points.
+Status WriteGuestFiles(const std::string& root, const SandboxSpec& spec) {
+  if (auto st = MakeDir(root + "/etc", 0755); !st) return st;
+  for (auto& [name, text] : runtime::guest::EtcFiles(spec.id, spec.nameserver)) {
+    const std::string path = root + "/etc/" + name;
+    if (!spec.root.host_usr && (name == "passwd" || name == "group")) {
+      struct stat st;
+      if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+        auto existing = ReadFileToString(path, 1 << 20);
+        if (!existing) return std::unexpected(existing.error());
+        text = runtime::guest::MergeAccounts(*existing, text);
+      }
+    }
+    // What a layer has there (a symlink, say) is replaced, not written through.
+    if (::unlink(path.c_str()) < 0 && errno != ENOENT) return FailErrno("replacing " + path, errno);
+    if (auto st = WriteText(path, text, 0644); !st) return st;
+  }
+  const std::string home = root + std::string(runtime::guest::kHome);
+  if (auto st = MakeDir(root + "/home", 0755); !st) return st;
+  if (auto st = MakeDir(home, 0755); !st) return st;
+  if (::lchown(home.c_str(), runtime::guest::kUserUid, runtime::guest::kUserGid) < 0) {
+    return FailErrno("chown " + home, errno);
+  }
+  if (auto st = MakeDir(root + std::string(runtime::guest::kRootHome), 0700); !st) return st;
+  for (const char* point : {"/proc", "/dev", "/sys", "/tmp", "/.airlock", kRunInside}) {
+    if (auto st = MakeDir(root + point, 0755); !st) return st;
+  }
+  const std::string agent = root + kAgentInside;
+  if (::unlink(agent.c_str()) < 0 && errno != ENOENT) return FailErrno("replacing " + agent, errno);
+  return WriteText(agent, "", 0755);
+}
+
+// Starts `argv` with stdin from /dev/null and stdout and stderr appended to `log`, and waits for
+// it at most `timeout` (then SIGKILL). The exit code; -1 if a signal ended it.
+Result<int> RunLogged(const std::vector<std::string>& argv, const std::string& log,
+                      std::chrono::milliseconds timeout) {
+  std::vector<char*> args;
+  std::vector<std::string> copy = argv;
+  for (auto& a : copy) args.push_back(a.data());
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  pid_t pid = 0;
+  const int err = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (err != 0) return FailErrno("starting " + argv[0], err);
+  const auto deadline = Clock::now() + timeout;
+  int status = 0;
+  while (true) {
+    const pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) break;
+    if (r < 0 && errno != EINTR) return FailErrno("waitpid", errno);
+    if (Clock::now() >= deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return Fail(ErrorCode::kDeadlineExceeded, argv[0] + " did not finish in time");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Each cgroup directory <root>/<controller...>/<parent>/<id> on this host (v1: one per
+// hierarchy; v2: one).
+std::vector<std::string> CgroupDirs(const std::string& relative) {
+  std::vector<std::string> dirs;
+  std::error_code ec;
+  const std::string unified = "/sys/fs/cgroup/" + relative;
+  if (fs::is_directory(unified, ec)) dirs.push_back(unified);
+  for (const auto& entry : fs::directory_iterator("/sys/fs/cgroup", ec)) {
+    const std::string dir = entry.path().string() + "/" + relative;
+    if (entry.is_directory(ec) && !entry.is_symlink(ec) && fs::is_directory(dir, ec)) {
+      dirs.push_back(dir);
+    }
+  }
+  return dirs;
+}
+
+}  // namespace
+
+GvisorEngine::GvisorEngine(GvisorOptions options) : options_(std::move(options)) {
+  // Not all of Limits holds as the contract says (docs/design/gvisor.md): the CPU quota and the
+  // disk cap do, but memory_mb caps the whole sandbox (the host's OOM killer ends the Sentry,
+  // not the one command) and pids_max counts the Sentry's host threads, not the sandbox's
+  // processes. Each is applied all the same.
+  capabilities_.limits = false;
+  capabilities_.pause = true;      // runsc pause: the cgroup freezer
+  capabilities_.live_limits = false;
+  capabilities_.layer_snapshot = true;
+  capabilities_.host_usr_root = true;  // the host's /usr bound in read-only
+  capabilities_.networking = false;
+  capabilities_.max_layers = kMaxLayers;
+  capabilities_.isolation = "gVisor's user-space kernel (runsc, platform " + options_.platform +
+                            ") between the sandbox and the host's kernel";
+  capabilities_.agent_channel =
+      "a unix socket the agent makes in a directory of the host bound into the sandbox";
+}
+
+Result<std::unique_ptr<GvisorEngine>> GvisorEngine::Open(GvisorOptions options) {
+  if (::geteuid() != 0) {
+    return Fail(ErrorCode::kFailedPrecondition, "the gVisor engine needs root (runsc, mounts)");
+  }
+  if (options.runsc_path.find('/') == std::string::npos) {
+    for (const char* dir : {"/usr/sbin", "/usr/bin", "/sbin", "/bin"}) {
+      const std::string path = std::string(dir) + "/" + options.runsc_path;
+      if (::access(path.c_str(), X_OK) == 0) {
+        options.runsc_path = path;
+        break;
+      }
+    }
+  }
+  if (::access(options.runsc_path.c_str(), X_OK) != 0) {
+    return Fail(ErrorCode::kFailedPrecondition,
+                "runsc is not installed (" + options.runsc_path + "; Debian's package runsc)");
+  }
+  if (::access(options.agent_path.c_str(), X_OK) != 0) {
+    return Fail(ErrorCode::kFailedPrecondition, "no agent at " + options.agent_path);
+  }
+  if (!options.layers) return Fail(ErrorCode::kInvalidArgument, "no layer store");
+  std::unique_ptr<GvisorEngine> e(new GvisorEngine(std::move(options)));
+  for (const std::string& dir :
+       {e->options_.state_dir + "/gvisor", e->options_.state_dir + "/gvisor/sandboxes"}) {
+    if (auto st = MakeDir(dir, 0700); !st) return std::unexpected(st.error());
+  }
+  if (auto st = e->PrepareSkeletons(); !st) return std::unexpected(st.error());
+  auto interp = ElfNeedsInterpreter(e->options_.agent_path);
+  if (!interp) return std::unexpected(interp.error().Wrap("gVisor engine: the agent"));
+  e->agent_static_ = !*interp;
+  return e;
+}
+
+std::string GvisorEngine::SandboxDir(const std::string& id) const {
+  return options_.state_dir + "/gvisor/sandboxes/" + id;
+}
+
+std::string GvisorEngine::SkeletonDir(bool host_usr) const {
+  return options_.state_dir + (host_usr ? "/gvisor/base" : "/gvisor/rootfs");
+}
+
+Status GvisorEngine::PrepareSkeletons() {
+  for (bool host_usr : {false, true}) {
+    const std::string dir = SkeletonDir(host_usr);
+    if (auto st = MakeDir(dir, 0755); !st) return st;
+    for (const char* sub : {"proc", "dev", "tmp", "sys", "etc", ".airlock"}) {
+      if (auto st = MakeDir(dir + "/" + sub, 0755); !st) return st;
+    }
+  }
+  // The host-/usr root: /bin, /lib, ... as the host has them (symlinks into /usr on a
+  // merged-/usr host, else bound read-only), and in /usr mount points for kHostUsrDirs and a
+  // /usr/local of the sandbox's own.
+  const std::string base = SkeletonDir(true);
+  if (auto st = MakeDir(base + "/usr", 0755); !st) return st;
+  auto top = runtime::guest::MirrorHostEntries("", base, runtime::guest::kHostTopDirs);
+  if (!top) return std::unexpected(top.error());
+  top_dirs_ = std::move(*top);
+  auto usr = runtime::guest::MirrorHostEntries("/usr", base + "/usr", runtime::guest::kHostUsrDirs);
+  if (!usr) return std::unexpected(usr.error());
+  usr_dirs_ = std::move(*usr);
+  if (auto st = MakeDir(base + "/usr/local", 0755); !st) return st;
+  for (const char* sub : runtime::guest::kUsrLocalDirs) {
+    if (auto st = MakeDir(base + "/usr/local/" + sub, 0755); !st) return st;
+  }
+  return {};
+}
+
+std::string GvisorEngine::RunscRoot(const std::string& id) const {
+  return SandboxDir(id) + "/runsc";
+}
+
+Status GvisorEngine::Runsc(const std::string& id, const std::string& command) const {
+  return RunProgramOk({options_.runsc_path, "--root", RunscRoot(id), command, id}, "",
+                      kRunscTimeout);
+}
+
+Result<std::pair<std::string, int>> GvisorEngine::State(const std::string& id) const {
+  auto r = RunProgram({options_.runsc_path, "--root", RunscRoot(id), "state", id}, "",
+                      kRunscTimeout);
+  if (!r) return std::unexpected(r.error());
+  if (r->exit_code != 0) {
+    return Fail(ErrorCode::kNotFound, "runsc has no sandbox " + id + ": " + r->output);
+  }
+  auto doc = json::parse(r->output, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object() || !doc["status"].is_string() || !doc["pid"].is_number_integer()) {
+    return Fail(ErrorCode::kInternal, "runsc state of " + id + " said: " + r->output);
+  }
+  return std::pair{doc["status"].get<std::string>(), doc["pid"].get<int>()};
+}
+
+bool GvisorEngine::Holds(const std::string& id) {
+  std::lock_guard lock(mu_);
+  return live_.contains(id);
+}
+
+Result<std::unique_ptr<runtime::Sandbox>> GvisorEngine::Create(const SandboxSpec& spec) {
+  if (auto st = ValidateSandboxId(spec.id); !st) return std::unexpected(st.error());
+  const runtime::RootSpec& root = spec.root;
+  if (!root.host_usr && root.layers.empty()) {
+    return Fail(ErrorCode::kInvalidArgument,
+                "a root without the host's /usr needs the layer that holds its root file system");
+  }
+  if (!root.host_usr && !agent_static_) {
+    return Fail(ErrorCode::kUnimplemented,
+                "a sandbox on its own root file system needs a statically linked airlock-agent; "
+                "this one is dynamic (a sanitizer build?)");
+  }
+  if (root.layers.size() > kMaxLayers) {
+    return Fail(ErrorCode::kInvalidArgument,
+                "a sandbox stacks at most " + std::to_string(kMaxLayers) + " layers");
+  }
+  for (const std::string& layer : root.layers) {
+    if (!options_.layers->Has(layer)) {
+      return Fail(ErrorCode::kNotFound, "layer " + layer + " does not exist");
+    }
+  }
+  if (!spec.netns.empty()) {
+    return std::unexpected(runtime::Lacks(name(), "networking", "join a network"));
+  }
+  // The directory is the claim on the id: of two creates of one id exactly one goes on.
+  const std::string dir = SandboxDir(spec.id);
+  if (::mkdir(dir.c_str(), 0700) < 0) {
+    if (errno == EEXIST) return Fail(ErrorCode::kAlreadyExists, "sandbox " + spec.id + " exists");
+    return FailErrno("mkdir " + dir, errno);
+  }
+  auto fail = [&](Error e) -> Result<std::unique_ptr<runtime::Sandbox>> {
+    (void)TearDown(spec.id);
+    return std::unexpected(std::move(e).Wrap("creating gVisor sandbox " + spec.id));
+  };
+  for (const char* sub : {"/disk", "/rootfs", "/run", "/runsc"}) {
+    if (auto st = MakeDir(dir + sub, 0700); !st) return fail(st.error());
+  }
+  // The writable layer: a tmpfs capped at disk_mb (size and inodes), as the jail's.
+  const std::string disk = dir + "/disk";
+  const std::string disk_opts = "size=" + std::to_string(spec.limits.disk_mb) +
+                                "m,nr_inodes=" + std::to_string(InodesFor(spec.limits.disk_mb)) +
+                                ",mode=0755";
+  if (::mount("tmpfs", disk.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, disk_opts.c_str()) < 0) {
+    return fail(ErrnoError("mounting the writable layer", errno));
+  }
+  for (const char* sub : {"/upper", "/work"}) {
+    if (auto st = MakeDir(disk + sub, 0755); !st) return fail(st.error());
+  }
+  // The layers by descriptor (a page holds many "/proc/self/fd/N:", not many long paths).
+  std::vector<UniqueFd> layer_fds;
+  std::string lowerdirs;
+  for (const std::string& layer : root.layers) {
+    auto fd = OpenFile(options_.layers->Path(layer), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (!fd) return fail(fd.error());
+    lowerdirs += "/proc/self/fd/" + std::to_string(fd->get()) + ":";
+    layer_fds.push_back(std::move(*fd));
+  }
+  const std::string overlay = "lowerdir=" + lowerdirs + SkeletonDir(root.host_usr) +
+                              ",upperdir=" + disk + "/upper,workdir=" + disk + "/work,userxattr";
+  const std::string rootfs = dir + "/rootfs";
+  if (::mount("overlay", rootfs.c_str(), "overlay", MS_NOSUID | MS_NODEV, overlay.c_str()) < 0) {
+    return fail(ErrnoError("mounting the root overlay", errno));
+  }
+  layer_fds.clear();
+  if (auto st = WriteGuestFiles(rootfs, spec); !st) return fail(st.error());
+  const json config = RuntimeSpec(spec, dir, options_.agent_path, top_dirs_, usr_dirs_,
+                                  options_.cgroup_parent);
+  if (auto st = WriteText(dir + "/config.json", config.dump(1), 0600); !st) return fail(st.error());
+
+  const std::string log = dir + "/console.log";
+  auto ran = RunLogged({options_.runsc_path, "--root", RunscRoot(spec.id),
+                        "--platform", options_.platform, "--network",
+                        spec.netns.empty() ? "none" : "sandbox", "--host-uds", "all", "run",
+                        "--detach", "--bundle", dir, spec.id},
+                       log, kRunscTimeout);
+  if (!ran) return fail(ran.error());
+  if (*ran != 0) {
+    return fail(Error(ErrorCode::kInternal, "runsc run exited " + std::to_string(*ran) + ": " +
+                                                Tail(log)));
+  }
+  {
+    std::lock_guard lock(mu_);
+    live_.insert(spec.id);
+  }
+  // The agent makes its socket as it starts.
+  Result<UniqueFd> channel = Fail(ErrorCode::kUnavailable, "the agent did not listen");
+  const auto deadline = Clock::now() + kAgentTimeout;
+  while (!channel && Clock::now() < deadline) {
+    channel = ConnectSocketIn(dir + "/run");
+    if (!channel) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  if (!channel) return fail(channel.error().Wrap(Tail(log)));
+  auto state = State(spec.id);
+  if (!state) return fail(state.error());
+  SandboxInfo info;
+  info.id = spec.id;
+  info.engine_state = json{{"pid", state->second}}.dump();
+  return std::make_unique<GvisorSandbox>(std::move(info), std::move(*channel));
+}
+
+Status GvisorEngine::TearDown(const std::string& id) {
+  const std::string dir = SandboxDir(id);
+  Status result;
+  // The Sentry, the gofer and their helpers are all in the sandbox's cgroups: SIGKILLed there
+  // until none is left, the cgroups removed, and runsc's state goes with the sandbox's
+  // directory (its --root is in it). Not `runsc delete`: it waits a second or more for a
+  // sandbox to stop, and needs state a crash may have lost.
+  const std::vector<std::string> cgroups = CgroupDirs(options_.cgroup_parent + "/" + id);
+  auto kill_all = [&] {
+    bool any = false;
+    for (const std::string& cgroup : cgroups) {
+      std::ifstream procs(cgroup + "/cgroup.procs");
+      for (pid_t pid; procs >> pid;) {
+        ::kill(pid, SIGKILL);
+        any = true;
+      }
+    }
+    return any;
+  };
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (kill_all() && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (const std::string& cgroup : cgroups) {
+    if (::rmdir(cgroup.c_str()) < 0 && errno != ENOENT && result) {
+      result = FailErrno("removing cgroup " + cgroup, errno);
+    }
+  }
+  // The last sandbox out removes the parents, as the jail's do.
+  for (const std::string& parent : CgroupDirs(options_.cgroup_parent)) ::rmdir(parent.c_str());
+  for (const char* sub : {"/rootfs", "/disk"}) {
+    const std::string point = dir + sub;
+    if (::umount2(point.c_str(), MNT_DETACH) < 0 && errno != EINVAL && errno != ENOENT &&
+        result) {
+      result = FailErrno("unmounting " + point, errno);
+    }
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (ec && result) result = Fail(ErrorCode::kInternal, "removing " + dir + ": " + ec.message());
+  {
+    std::lock_guard lock(mu_);
+    live_.erase(id);
+  }
+  return result;
+}
+
+Status GvisorEngine::Destroy(const std::string& id) {
+  if (auto st = ValidateSandboxId(id); !st) return st;
+  if (auto st = TearDown(id); !st) return std::unexpected(st.error().Wrap("destroying " + id));
+  return {};
+}
+
+Result<UniqueFd> GvisorEngine::ConnectAgent(const std::string& id) {
+  if (auto st = ValidateSandboxId(id); !st) return std::unexpected(st.error());
+  if (!Holds(id)) return Fail(ErrorCode::kNotFound, "sandbox " + id + " is not held here");
+  return ConnectSocketIn(SandboxDir(id) + "/run");
+}
+
+Result<SandboxInfo> GvisorEngine::Adopt(const std::string& id, const std::string& engine_state,
+                                        bool paused) {
+  if (auto st = ValidateSandboxId(id); !st) return std::unexpected(st.error());
+  auto doc = json::parse(engine_state, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object() || doc.size() != 1 || !doc["pid"].is_number_integer() ||
+      doc["pid"].get<int64_t>() <= 1) {
+    return Fail(ErrorCode::kInvalidArgument, "engine state of " + id + " is not the gVisor "
+                                             "engine's: " + engine_state);
+  }
+  if (Holds(id)) return Fail(ErrorCode::kAlreadyExists, "sandbox " + id + " is held already");
+  auto state = State(id);
+  if (!state) return std::unexpected(state.error());
+  const auto& [status, pid] = *state;
+  if (pid != doc["pid"].get<int>() || (status != "running" && status != "paused")) {
+    return Fail(ErrorCode::kNotFound, "sandbox " + id + " is " + status + " (pid " +
+                                          std::to_string(pid) + "), not the one recorded");
+  }
+  if (paused && status == "running") {
+    if (auto st = Runsc(id, "pause"); !st) return std::unexpected(st.error());
+  } else if (!paused && status == "paused") {
+    if (auto st = Runsc(id, "resume"); !st) return std::unexpected(st.error());
+  }
+  {
+    std::lock_guard lock(mu_);
+    live_.insert(id);
+  }
+  SandboxInfo info;
+  info.id = id;
+  info.state = paused ? runtime::SandboxState::kPaused : runtime::SandboxState::kRunning;
+  info.engine_state = json{{"pid", pid}}.dump();
+  return info;
+}
+
+Result<std::vector<std::string>> GvisorEngine::ListSandboxes() {
+  std::vector<std::string> ids;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(options_.state_dir + "/gvisor/sandboxes", ec)) {
+    ids.push_back(entry.path().filename());
+  }
+  if (ec) return Fail(ErrorCode::kInternal, "listing gVisor sandboxes: " + ec.message());
+  return ids;
+}
+
+Status GvisorEngine::UpdateLimits(const std::string&, const runtime::Limits&) {
+  return std::unexpected(runtime::Lacks(name(), "live_limits", "change a running sandbox's limits"));
+}
+
+Result<runtime::LayerSnapshot> GvisorEngine::SnapshotLayer(const std::string& id) {
+  if (auto st = ValidateSandboxId(id); !st) return std::unexpected(st.error());
+  if (!Holds(id)) return Fail(ErrorCode::kNotFound, "sandbox " + id + " is not held here");
+  // Frozen while copied, so that the layer is one moment of it.
+  if (auto st = Runsc(id, "pause"); !st) return std::unexpected(st.error());
+  auto upper = OpenFile(SandboxDir(id) + "/disk/upper", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  Result<runtime::LayerSnapshot> layer =
+      upper ? options_.layers->Import(upper->get(), 0) : std::unexpected(upper.error());
+  if (auto st = Runsc(id, "resume"); !st && layer) return std::unexpected(st.error());
+  return layer;
+}
+
+Status GvisorEngine::Pause(const std::string& id) {
+  if (!Holds(id)) return Fail(ErrorCode::kNotFound, "sandbox " + id + " is not held here");
+  return Runsc(id, "pause");
+}
+
+Status GvisorEngine::Resume(const std::string& id) {
+  if (!Holds(id)) return Fail(ErrorCode::kNotFound, "sandbox " + id + " is not held here");
+  return Runsc(id, "resume");
+}
+
+Status GvisorEngine::Probe() {
+  SandboxSpec spec;
+  spec.id = NewSandboxId();
+  spec.limits.memory_mb = 64;
+  spec.limits.disk_mb = 16;
+  spec.limits.tmp_mb = 16;
+  auto sandbox = Create(spec);
+  if (!sandbox) return std::unexpected(sandbox.error());
+  auto client = protocol::BlockingClient::Connect((*sandbox)->TakeAgentChannel(), "airlock-probe");
+  Status destroyed = Destroy(spec.id);
+  if (!client) return std::unexpected(client.error().Wrap("greeting the probe's agent"));
+  return destroyed;
+}
+
+Result<std::unique_ptr<runtime::Engine>> MakeEngine(
+    const runtime::EngineContext& context, const std::map<std::string, std::string>& options) {
+  GvisorOptions o;
+  o.state_dir = context.state_dir;
+  o.agent_path = context.agent_path;
+  o.layers = context.layers;
+  auto bad = [](const std::string& key, const std::string& why) {
+    return Fail(ErrorCode::kInvalidArgument, key + ": " + why);
+  };
+  for (const auto& [key, value] : options) {
+    if (key == "runsc") {
+      if (!value.starts_with('/')) return bad(key, "must be an absolute path");
+      o.runsc_path = value;
+    } else if (key == "platform") {
+      if (value != "ptrace" && value != "kvm") return bad(key, "must be ptrace or kvm");
+      o.platform = value;
+    } else if (key == "cgroup_parent") {
+      if (value.empty() || value.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-_") !=
+                               std::string::npos) {
+        return bad(key, "must be a name of [a-z0-9_-]");
+      }
+      o.cgroup_parent = value;
+    } else {
+      return bad(key, "the gVisor engine has no such option (runsc, platform, cgroup_parent)");
+    }
+  }
+  auto engine = GvisorEngine::Open(std::move(o));
+  if (!engine) return std::unexpected(engine.error());
+  return std::unique_ptr<runtime::Engine>(std::move(*engine));
+}
+
+}  // namespace airlock::gvisor

@@ -1,0 +1,89 @@
+#pragma once
+// The gVisor engine: each sandbox is a runsc sandbox, gVisor's user-space kernel (the Sentry)
+// between its processes and the host's kernel (docs/design/gvisor.md). For each sandbox the
+// engine writes an OCI bundle: the root an overlay of the shared layer store's layers (over a
+// skeleton of mount points, or the host's /usr bound read-only) under a writable layer on a
+// tmpfs capped at disk_mb, both mounted on the host in the sandbox's directory; airlock-agent
+// bound in read-only as the container's init; and a directory of the host bound in, where the
+// agent makes its socket (runsc --host-uds=create) and the daemon connects to it.
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/unique_fd.h"
+#include "runtime/engine.h"
+#include "runtime/layer_store.h"
+#include "runtime/registry.h"
+
+namespace airlock::gvisor {
+
+struct GvisorOptions {
+  std::string state_dir;  // holds gvisor/sandboxes/<id>/ and the roots' skeletons gvisor/{base,rootfs}
+  std::string runsc_path = "runsc";  // looked up in /usr/sbin, /usr/bin, /sbin, /bin if bare
+  std::string agent_path;            // airlock-agent
+  const runtime::LayerStore* layers = nullptr;
+  std::string platform = "ptrace";  // runsc --platform: ptrace, or kvm where KVM runs guests
+  // runsc puts each sandbox in the cgroup <cgroup_parent>/<id> of every hierarchy it uses.
+  std::string cgroup_parent = "airlock-gvisor";
+};
+
+// The registry's factory: options (airlockd.toml [engine.gvisor]) runsc, platform,
+// cgroup_parent. kInvalidArgument for an option it does not know or a bad value;
+// kFailedPrecondition when runsc is not installed or this is not root.
+[[nodiscard]] Result<std::unique_ptr<runtime::Engine>> MakeEngine(
+    const runtime::EngineContext& context, const std::map<std::string, std::string>& options);
+
+class GvisorEngine : public runtime::Engine {
+ public:
+  // Checks runsc and the agent, and prepares the roots' skeletons. Needs root.
+  [[nodiscard]] static Result<std::unique_ptr<GvisorEngine>> Open(GvisorOptions options);
+  // Leaves live sandboxes alone (they can be destroyed by id later).
+  ~GvisorEngine() override = default;
+
+  std::string_view name() const override { return "gvisor"; }
+  const runtime::Capabilities& capabilities() const override { return capabilities_; }
+  Status Probe() override;
+  Result<std::unique_ptr<runtime::Sandbox>> Create(const runtime::SandboxSpec& spec) override;
+  Status Destroy(const std::string& id) override;
+  Result<UniqueFd> ConnectAgent(const std::string& id) override;
+  // engine_state: {"pid": N} (the sandbox's Sentry, as runsc reports it) as Create returned it.
+  Result<runtime::SandboxInfo> Adopt(const std::string& id, const std::string& engine_state,
+                                     bool paused) override;
+  Result<std::vector<std::string>> ListSandboxes() override;
+  Status UpdateLimits(const std::string& id, const runtime::Limits& limits) override;
+  Result<runtime::LayerSnapshot> SnapshotLayer(const std::string& id) override;
+  Status Pause(const std::string& id) override;
+  Status Resume(const std::string& id) override;
+
+  std::string SandboxDir(const std::string& id) const;
+
+ private:
+  explicit GvisorEngine(GvisorOptions options);
+  // The roots' lowest layers: gvisor/base (mount points for the host's /usr) and gvisor/rootfs
+  // (mount points only, under a root file system's layers).
+  Status PrepareSkeletons();
+  std::string SkeletonDir(bool host_usr) const;
+  // runsc's --root for a sandbox: in its directory, so that its state goes with it.
+  std::string RunscRoot(const std::string& id) const;
+  // `runsc <command> <id>` (pause, resume); fails quoting its output unless it exits 0.
+  Status Runsc(const std::string& id, const std::string& command) const;
+  // `runsc state`: {"status": ..., "pid": N}.
+  Result<std::pair<std::string, int>> State(const std::string& id) const;
+  // Kills and removes what a sandbox holds, whatever state a crash left it in.
+  Status TearDown(const std::string& id);
+  bool Holds(const std::string& id);
+
+  GvisorOptions options_;
+  runtime::Capabilities capabilities_;
+  std::vector<std::string> top_dirs_;  // of the host's top-level dirs, those bound (not symlinks)
+  std::vector<std::string> usr_dirs_;  // of kHostUsrDirs, those the host has as directories
+  bool agent_static_ = true;
+  std::mutex mu_;
+  std::set<std::string> live_;  // made or adopted by this instance, not destroyed
+};
+
+}  // namespace airlock::gvisor
