@@ -335,7 +335,7 @@ inline constexpr int64_t kRssLimitKb = 64 * 1024;
 // The agent's memory limit in the tests that check it. An ASan build's runtime alone takes ~40 MiB
 // (shadow memory, allocator), so there the limit is on top of what the agent held at start.
 inline int64_t AgentRssLimitKb(pid_t agent) {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(AIRLOCK_SANITIZED_PROGRAMS)
   return kRssLimitKb + ProcStatusKb(agent, "VmRSS");
 #else
   (void)agent;

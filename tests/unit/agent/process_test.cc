@@ -27,7 +27,7 @@ class ProcessTableTest : public ::testing::Test {
     ::signal(SIGPIPE, SIG_IGN);
     socket_ = dir_.Sub("agent.sock");
     std::vector<std::string> env = {"HOME=" + dir_.path(), "PATH=/usr/bin:/bin"};
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(AIRLOCK_SANITIZED_PROGRAMS)
     // The memory checks below measure what the agent holds. ASan keeps up to 256 MiB of freed
     // memory in quarantine, which would count; without it, the high-water mark is live memory.
     // (First in the environment, so it wins over the inherited ASAN_OPTIONS appended later.)
