@@ -140,6 +140,24 @@ class Engine {
   [[nodiscard]] virtual Status Resume(const std::string& id) = 0;
 };
 
+// A sandbox as an engine's Create returns it: its info and the agent channel connected during
+// the create.
+class CreatedSandbox final : public Sandbox {
+ public:
+  CreatedSandbox(SandboxInfo info, UniqueFd channel)
+      : info_(std::move(info)), channel_(std::move(channel)) {}
+  const SandboxInfo& info() const override { return info_; }
+  UniqueFd TakeAgentChannel() override { return std::move(channel_); }
+
+ private:
+  SandboxInfo info_;
+  UniqueFd channel_;
+};
+
+// A probe made of a whole create of `spec` (its id chosen here), a hello to the new sandbox's
+// agent and a destroy: what each engine's Probe does, with limits of its choosing.
+[[nodiscard]] Status ProbeByCreate(Engine& engine, SandboxSpec spec);
+
 // The answer to a request `engine` cannot serve for lack of `capability` (a Capabilities field
 // name; `what`: the request, "pause a sandbox"): kFailedPrecondition (409), naming both. The
 // daemon's answer before it asks, and an engine's when asked anyway.

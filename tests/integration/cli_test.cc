@@ -84,7 +84,7 @@ class CliTest : public DaemonTest {
   ProcessResult CliWithEnv(const std::vector<std::string>& args,
                            const std::map<std::string, std::string>& env,
                            const std::string& stdin_data = "") {
-    std::vector<std::string> argv = {CliPath()};
+    std::vector<std::string> argv = {Program(AIRLOCK_CLI_PATH)};
     argv.insert(argv.end(), args.begin(), args.end());
     return RunProcess(argv, env, stdin_data);
   }
@@ -219,7 +219,7 @@ TEST_F(CliTest, RunPassesTheExitCodeThroughAndLeavesNoSandbox) {
 
 TEST_F(CliTest, RunDeletesItsSandboxOnSigterm) {
   ChildProcess cli;
-  ASSERT_TRUE(cli.Start({CliPath(), "run", "--", "sleep", "60"}, Env()));
+  ASSERT_TRUE(cli.Start({Program(AIRLOCK_CLI_PATH), "run", "--", "sleep", "60"}, Env()));
   // Wait for the sandbox to exist (the exec is then under way or about to be).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (Listed().empty() && std::chrono::steady_clock::now() < deadline) {
@@ -497,7 +497,7 @@ TEST_F(CliTest, ExecShowsOutputWhileTheCommandRuns) {
     r = RunProcess({"/bin/sh", "-c", std::string("exec \"$0\" exec \"$1\" -- sh -c "
                                                  "'echo first; while [ ! -e /tmp/go ]; do sleep "
                                                  "0.02; done; echo second; exit 7' > \"$2\""),
-                    CliPath(), id, out_file},
+                    Program(AIRLOCK_CLI_PATH), id, out_file},
                    Env(), "");
   });
   bool first = false;
@@ -786,7 +786,7 @@ class PtyCli {
       return ::testing::AssertionFailure() << "openpty: " << std::strerror(errno);
     }
     // Built before the fork: the child of a threaded process must not allocate.
-    std::vector<std::string> args = {CliPath()};
+    std::vector<std::string> args = {Program(AIRLOCK_CLI_PATH)};
     args.insert(args.end(), cli_args.begin(), cli_args.end());
     std::vector<std::string> env_strings = {"PATH=/usr/bin:/bin"};
     for (const auto& [key, value] : env) env_strings.push_back(key + "=" + value);

@@ -154,9 +154,9 @@ TEST(EngineConfigTest, BadEngineConfigurationStopsTheStart) {
       {{"--default-engine", "firecracker"}, "default_engine: this airlockd has no engine called"},
   };
   for (const auto& [args, message] : cases) {
-    std::vector<std::string> argv = {AirlockdPath(), "--listen",   "127.0.0.1:0",
+    std::vector<std::string> argv = {Program(AIRLOCKD_PATH), "--listen",   "127.0.0.1:0",
                                      "--state-dir",  dir + "/s",   "--agent",
-                                     AgentPath(), "--launcher", LauncherPath()};
+                                     Program(AIRLOCK_AGENT_PATH), "--launcher", Program(AIRLOCK_JAIL_LAUNCHER_PATH)};
     argv.insert(argv.end(), args.begin(), args.end());
     ProcessResult r = RunProcess(argv, {});
     EXPECT_EQ(r.exit_code(), 2) << args[0] << ": " << r.err;

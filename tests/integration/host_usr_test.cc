@@ -131,7 +131,7 @@ TEST_F(HostUsrLocalTest, TheHostsUsrLocalIsShownReadOnlyWhenAskedFor) {
 TEST_F(HostUsrLocalTest, AnImageSandboxSeesNothingOfTheHostsUsrEvenThen) {
   if (::access("/bin/busybox", X_OK) != 0)
     GTEST_SKIP() << "/bin/busybox (busybox-static) is absent";
-  if (auto dynamic = airlock::ElfNeedsInterpreter(AgentPath()); !dynamic || *dynamic) {
+  if (auto dynamic = airlock::ElfNeedsInterpreter(Program(AIRLOCK_AGENT_PATH)); !dynamic || *dynamic) {
     GTEST_SKIP() << "the agent is dynamically linked (a sanitizer build): no rootfs sandbox";
   }
   HostUsrCanaries canaries;

@@ -234,7 +234,7 @@ TEST_F(TemplateTest, SnapshotAndForkCarryTheFileSystem) {
 
 TEST_F(TemplateTest, AnOciImageArchiveIsABaseWithNothingOfTheHost) {
   if (::access("/bin/busybox", X_OK) != 0) GTEST_SKIP() << "/bin/busybox (busybox-static) is absent";
-  if (auto dynamic = airlock::ElfNeedsInterpreter(AgentPath()); !dynamic || *dynamic) {
+  if (auto dynamic = airlock::ElfNeedsInterpreter(Program(AIRLOCK_AGENT_PATH)); !dynamic || *dynamic) {
     GTEST_SKIP() << "the agent is dynamically linked (a sanitizer build): no rootfs sandbox";
   }
   // Image archives are read from the daemon's image_dir only (<state_dir>/images by default).
@@ -284,7 +284,7 @@ TEST_F(TemplateTest, AnOciImageArchiveIsABaseWithNothingOfTheHost) {
 }
 
 TEST_F(TemplateTest, ADebianSuiteIsMadeOnceAndSharedByItsTemplates) {
-  if (auto dynamic = airlock::ElfNeedsInterpreter(AgentPath()); !dynamic || *dynamic) {
+  if (auto dynamic = airlock::ElfNeedsInterpreter(Program(AIRLOCK_AGENT_PATH)); !dynamic || *dynamic) {
     GTEST_SKIP() << "the agent is dynamically linked (a sanitizer build): no rootfs sandbox";
   }
   if (RunProcess({"/bin/sh", "-c", "command -v mmdebstrap"}, {}).status != 0) {

@@ -70,9 +70,9 @@ class Daemon {
     if (::pipe2(out, O_CLOEXEC) != 0) return ::testing::AssertionFailure() << "pipe";
     const std::string log = state_dir_ + ".log";
     // Built before the fork: the child of a threaded process must not allocate.
-    std::vector<std::string> args = {AirlockdPath(), "--listen", "127.0.0.1:0", "--state-dir",
-                                     state_dir_,     "--agent",  AgentPath(),
-                                     "--launcher",   LauncherPath(),
+    std::vector<std::string> args = {Program(AIRLOCKD_PATH), "--listen", "127.0.0.1:0", "--state-dir",
+                                     state_dir_,     "--agent",  Program(AIRLOCK_AGENT_PATH),
+                                     "--launcher",   Program(AIRLOCK_JAIL_LAUNCHER_PATH),
                                      "--log-level", "debug",
                                      "--on-shutdown", "destroy",
                                      "--network-id", network_id_,

@@ -26,18 +26,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class FakeSandbox : public runtime::Sandbox {
- public:
-  FakeSandbox(runtime::SandboxInfo info, UniqueFd channel)
-      : info_(std::move(info)), channel_(std::move(channel)) {}
-  const runtime::SandboxInfo& info() const override { return info_; }
-  UniqueFd TakeAgentChannel() override { return std::move(channel_); }
-
- private:
-  runtime::SandboxInfo info_;
-  UniqueFd channel_;
-};
-
 Result<UniqueFd> Connect(const std::string& path) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -102,16 +90,7 @@ pid_t FakeEngine::AgentPid(const std::string& id) {
   return it == live_.end() ? 0 : it->second;
 }
 
-Status FakeEngine::Probe() {
-  runtime::SandboxSpec spec;
-  spec.id = NewSandboxId();
-  auto sandbox = Create(spec);
-  if (!sandbox) return std::unexpected(sandbox.error());
-  auto client = protocol::BlockingClient::Connect((*sandbox)->TakeAgentChannel(), "fake-probe");
-  Status destroyed = Destroy(spec.id);
-  if (!client) return std::unexpected(client.error());
-  return destroyed;
-}
+Status FakeEngine::Probe() { return runtime::ProbeByCreate(*this, runtime::SandboxSpec{}); }
 
 Result<std::unique_ptr<runtime::Sandbox>> FakeEngine::Create(const runtime::SandboxSpec& spec) {
   if (auto st = ValidateSandboxId(spec.id); !st) return std::unexpected(st.error());
@@ -171,7 +150,7 @@ Result<std::unique_ptr<runtime::Sandbox>> FakeEngine::Create(const runtime::Sand
   runtime::SandboxInfo info;
   info.id = spec.id;
   info.engine_state = nlohmann::json{{"pid", pid}}.dump();
-  return std::make_unique<FakeSandbox>(std::move(info), std::move(*channel));
+  return std::make_unique<runtime::CreatedSandbox>(std::move(info), std::move(*channel));
 }
 
 Status FakeEngine::Destroy(const std::string& id) {

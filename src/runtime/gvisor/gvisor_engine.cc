@@ -49,18 +49,6 @@ constexpr auto kAgentTimeout = std::chrono::seconds(15);
 // the lower layers' files with EINVAL (runsc 20221219; docs/design/gvisor.md, "Not yet").
 constexpr uint32_t kMaxLayers = 1;
 
-class GvisorSandbox : public runtime::Sandbox {
- public:
-  GvisorSandbox(SandboxInfo info, UniqueFd channel)
-      : info_(std::move(info)), channel_(std::move(channel)) {}
-  const SandboxInfo& info() const override { return info_; }
-  UniqueFd TakeAgentChannel() override { return std::move(channel_); }
-
- private:
-  SandboxInfo info_;
-  UniqueFd channel_;
-};
-
 Status MakeDir(const std::string& path, mode_t mode) {
   if (::mkdir(path.c_str(), mode) < 0 && errno != EEXIST) return FailErrno("mkdir " + path, errno);
   if (::chmod(path.c_str(), mode) < 0) return FailErrno("chmod " + path, errno);
@@ -501,7 +489,7 @@ Result<std::unique_ptr<runtime::Sandbox>> GvisorEngine::Create(const SandboxSpec
   SandboxInfo info;
   info.id = spec.id;
   info.engine_state = json{{"pid", state->second}}.dump();
-  return std::make_unique<GvisorSandbox>(std::move(info), std::move(*channel));
+  return std::make_unique<runtime::CreatedSandbox>(std::move(info), std::move(*channel));
 }
 
 Status GvisorEngine::TearDown(const std::string& id) {
@@ -633,17 +621,11 @@ Status GvisorEngine::Resume(const std::string& id) {
 }
 
 Status GvisorEngine::Probe() {
-  SandboxSpec spec;
-  spec.id = NewSandboxId();
+  runtime::SandboxSpec spec;
   spec.limits.memory_mb = 64;
   spec.limits.disk_mb = 16;
   spec.limits.tmp_mb = 16;
-  auto sandbox = Create(spec);
-  if (!sandbox) return std::unexpected(sandbox.error());
-  auto client = protocol::BlockingClient::Connect((*sandbox)->TakeAgentChannel(), "airlock-probe");
-  Status destroyed = Destroy(spec.id);
-  if (!client) return std::unexpected(client.error().Wrap("greeting the probe's agent"));
-  return destroyed;
+  return runtime::ProbeByCreate(*this, std::move(spec));
 }
 
 Result<std::unique_ptr<runtime::Engine>> MakeEngine(

@@ -41,18 +41,6 @@ namespace fs = std::filesystem;
 using runtime::SandboxInfo;
 using runtime::SandboxSpec;
 
-class JailSandbox : public runtime::Sandbox {
- public:
-  JailSandbox(SandboxInfo info, UniqueFd channel)
-      : info_(std::move(info)), channel_(std::move(channel)) {}
-  const SandboxInfo& info() const override { return info_; }
-  UniqueFd TakeAgentChannel() override { return std::move(channel_); }
-
- private:
-  SandboxInfo info_;
-  UniqueFd channel_;
-};
-
 Status MakeDir(const std::string& path, mode_t mode) {
   if (::mkdir(path.c_str(), mode) < 0 && errno != EEXIST) return FailErrno("mkdir " + path, errno);
   if (::chmod(path.c_str(), mode) < 0) return FailErrno("chmod " + path, errno);
@@ -410,7 +398,7 @@ Result<std::unique_ptr<runtime::Sandbox>> JailEngine::Create(const SandboxSpec& 
     std::lock_guard lock(mu_);
     live_.emplace(spec.id, std::move(live));
   }
-  return std::make_unique<JailSandbox>(std::move(info), std::move(*channel));
+  return std::make_unique<runtime::CreatedSandbox>(std::move(info), std::move(*channel));
 }
 
 SandboxInfo JailEngine::Info(const std::string& id, const Live& live) const {
@@ -616,17 +604,11 @@ Status JailEngine::Resume(const std::string& id) {
 Status JailEngine::Probe() {
   // A whole create: launcher, namespaces, cgroups, seccomp, the agent's hello; then a destroy.
   runtime::SandboxSpec spec;
-  spec.id = NewSandboxId();
   spec.limits.memory_mb = 64;
   spec.limits.pids_max = 16;
   spec.limits.disk_mb = 16;
   spec.limits.tmp_mb = 16;
-  auto sandbox = Create(spec);
-  if (!sandbox) return std::unexpected(sandbox.error());
-  auto client = protocol::BlockingClient::Connect((*sandbox)->TakeAgentChannel(), "airlock-probe");
-  Status destroyed = Destroy(spec.id);
-  if (!client) return std::unexpected(client.error().Wrap("greeting the probe's agent"));
-  return destroyed;
+  return runtime::ProbeByCreate(*this, std::move(spec));
 }
 
 Result<std::unique_ptr<runtime::Engine>> MakeEngine(
