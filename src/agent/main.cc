@@ -17,11 +17,14 @@
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "agent/agent.h"
 #include "common/build_id.h"
 #include "common/log.h"
+#include "common/syscall.h"
+#include "runtime/seccomp_policy.h"
 
 namespace {
 
@@ -41,6 +44,8 @@ void Usage(FILE* out) {
       "  --kill-grace-ms MS   SIGTERM to SIGKILL grace on timeout and shutdown (1000)\n"
       "  --linger-ms MS       wait for output held open by background processes (200)\n"
       "  --drop-caps          commands run with no capability, even as root (the jail sets it)\n"
+      "  --seccomp PATH       install the compiled seccomp program in PATH (raw BPF) on the\n"
+      "                       agent and so on every command, before serving (gVisor sets it)\n"
       "  --log-level LEVEL    trace, debug, info, warn, error, off (info)\n"
       "  --version            print the build id and exit\n",
       out);
@@ -76,7 +81,7 @@ int main(int argc, char** argv) {
   EnsureStdio();
   AgentOptions options;
   int channel_fd = -1, listen_fd = -1;
-  std::string listen_path, user, log_level = "info";
+  std::string listen_path, user, seccomp_path, log_level = "info";
   enum {
     kFd = 1,
     kListen,
@@ -91,7 +96,8 @@ int main(int argc, char** argv) {
     kLog,
     kVersion,
     kHelp,
-    kDropCaps
+    kDropCaps,
+    kSeccomp
   };
   static const option kLong[] = {{"fd", required_argument, nullptr, kFd},
                                  {"listen", required_argument, nullptr, kListen},
@@ -105,6 +111,7 @@ int main(int argc, char** argv) {
                                  {"linger-ms", required_argument, nullptr, kLinger},
                                  {"log-level", required_argument, nullptr, kLog},
                                  {"drop-caps", no_argument, nullptr, kDropCaps},
+                                 {"seccomp", required_argument, nullptr, kSeccomp},
                                  {"version", no_argument, nullptr, kVersion},
                                  {"help", no_argument, nullptr, kHelp},
                                  {nullptr, 0, nullptr, 0}};
@@ -154,6 +161,9 @@ int main(int argc, char** argv) {
       case kDropCaps:
         options.exec.drop_caps = true;
         break;
+      case kSeccomp:
+        seccomp_path = optarg;
+        break;
       case kVersion:
         std::printf("airlock-agent %s\n", airlock::kBuildId);
         return 0;
@@ -193,6 +203,20 @@ int main(int argc, char** argv) {
     auto u = airlock::agent::LookupUser(user, options.exec.etc_dir);
     if (!u) Die(u.error().message());
     options.exec.default_user = std::move(*u);
+  }
+
+  // The sandbox's seccomp policy, where the engine cannot install it before the agent starts
+  // (gVisor: runsc execs the agent directly). Installed before anything is served, so that no
+  // command ever runs without it; a program that does not load or install ends the agent.
+  if (!seccomp_path.empty()) {
+    auto bytes = airlock::ReadFileToString(seccomp_path, 1 << 20);
+    if (!bytes) Die("--seccomp: " + bytes.error().message());
+    auto program = airlock::runtime::SeccompProgram::FromBytes(*bytes);
+    if (!program) Die("--seccomp " + seccomp_path + ": " + program.error().message());
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) Die("--seccomp: no_new_privs failed");
+    if (int err = airlock::runtime::InstallSeccomp(program->prog()); err != 0) {
+      Die("--seccomp: installing the program failed: " + std::string(std::strerror(err)));
+    }
   }
 
   auto agent = airlock::agent::Agent::Create(std::move(options));

@@ -48,6 +48,9 @@ Result<ProgramResult> RunProgram(const std::vector<std::string>& argv, const std
   posix_spawn_file_actions_adddup2(&actions, in[0].get(), 0);
   posix_spawn_file_actions_adddup2(&actions, out[1].get(), 1);
   posix_spawn_file_actions_adddup2(&actions, out[1].get(), 2);
+  // Nothing else of the caller's: not every library marks its descriptors close-on-exec (Asio's
+  // sockets are not), and a program that lingers (runsc's sandbox) would hold them.
+  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   sigset_t none;

@@ -10,7 +10,10 @@ namespace {
 
 using namespace airlock::testing;
 
-class EnginesTest : public DaemonTest {};
+class EnginesTest : public DaemonTest {
+ protected:
+  std::vector<std::string> DaemonArgs() const override { return kWithGvisor; }
+};
 
 json EngineNamed(const json& list, const std::string& name) {
   for (const json& e : list["engines"]) {
@@ -36,6 +39,22 @@ TEST_F(EnginesTest, TheEnginesAreListedWithWhatTheyCanDo) {
   }
   EXPECT_FALSE(can.value("memory_checkpoint", true));
   EXPECT_EQ(can.value("max_layers", 0), 64);
+  // gVisor is listed whether or not runsc runs here; when it does, with what it can do.
+  const json gvisor = EngineNamed(doc, "gvisor");
+  ASSERT_TRUE(gvisor.is_object()) << r.body;
+  EXPECT_FALSE(gvisor["default"].get<bool>());
+  if (gvisor["available"].get<bool>()) {
+    const json& its = gvisor["capabilities"];
+    for (const char* yes : {"pause", "layer_snapshot", "host_usr_root", "networking"}) {
+      EXPECT_TRUE(its.value(yes, false)) << yes << " in " << r.body;
+    }
+    for (const char* no : {"limits", "live_limits", "memory_checkpoint", "memory_fork"}) {
+      EXPECT_FALSE(its.value(no, true)) << no << " in " << r.body;
+    }
+    EXPECT_EQ(its.value("max_layers", 0), 1);
+  } else {
+    EXPECT_FALSE(gvisor.value("reason", "").empty()) << r.body;
+  }
   // Any key may read it; only GET is served; no query or body.
   EXPECT_EQ(daemon_->Call(http::verb::post, "/v1/engines", "{}").status, 405);
   EXPECT_EQ(daemon_->Call(http::verb::get, "/v1/engines?x=1").status, 400);
@@ -89,9 +108,7 @@ TEST_F(EnginesTest, ASandboxOnGvisorRunsOnAKernelOfItsOwn) {
   for (const json& e : listed["engines"]) {
     if (e["name"] == "gvisor") gvisor = e;
   }
-  if (!gvisor.is_object()) {
-    GTEST_SKIP() << "gVisor is not registered in this airlockd yet (docs/design/gvisor.md)";
-  }
+  ASSERT_TRUE(gvisor.is_object()) << engines.body;
   if (!gvisor["available"].get<bool>()) GTEST_SKIP() << "gVisor: " << gvisor["reason"];
   struct utsname host;
   ASSERT_EQ(::uname(&host), 0);

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "support/airlockd.h"
+#include "support/engines.h"
 #include "support/fake_internet.h"
 
 namespace {
@@ -93,7 +94,9 @@ for arg in sys.argv[1:]:
         print("error " + type(e).__name__)
 )PY";
 
-class NetworkTest : public DaemonTest {
+// Each test runs once per engine of this build that has networking: the same rules must hold
+// whichever stack sends the packets (the host's kernel for the jail, gVisor's Sentry).
+class NetworkTest : public DaemonTest, public ::testing::WithParamInterface<std::string> {
  protected:
   void SetUp() override {
     if (::geteuid() != 0) GTEST_SKIP() << "needs root";
@@ -123,6 +126,9 @@ class NetworkTest : public DaemonTest {
     daemon_.emplace(dir_ + "/state", Args());
     id_ = daemon_->network_id();
     ASSERT_TRUE(daemon_->Start());
+    if (const std::string lacks = EngineLacks(*daemon_, GetParam(), "networking"); !lacks.empty()) {
+      GTEST_SKIP() << lacks;
+    }
   }
   void TearDown() override {
     if (keeps_sandboxes_ && daemon_) {
@@ -141,6 +147,7 @@ class NetworkTest : public DaemonTest {
   std::vector<std::string> Args() const {
     std::vector<std::string> args = internet_->DaemonArgs();
     args.insert(args.end(), {"--network-subnet", subnet_, "--network-warm-links", "4"});
+    if (GetParam() == "gvisor") args.insert(args.end(), kWithGvisor.begin(), kWithGvisor.end());
     return args;
   }
   // Restarts the daemon as one that keeps its sandboxes when it stops (TearDown undoes it),
@@ -156,7 +163,7 @@ class NetworkTest : public DaemonTest {
   }
 
   std::string Create(const json& network) {
-    return CreateSandbox(json{{"network", network}}.dump());
+    return CreateSandbox(json{{"network", network}, {"engine", GetParam()}}.dump());
   }
 
   bool keeps_sandboxes_ = false;
@@ -180,7 +187,7 @@ class NetworkTest : public DaemonTest {
   airlock::net::testing::FakeAuthority* dns_ = nullptr;
 };
 
-TEST_F(NetworkTest, AllowlistReachesOnlyItsNamesThroughTheProxyAndItsDns) {
+TEST_P(NetworkTest, AllowlistReachesOnlyItsNamesThroughTheProxyAndItsDns) {
   const std::string id = Create({{"mode", "allowlist"}, {"allow", {"allowed.test"}}});
   ASSERT_FALSE(id.empty());
   Reply got = daemon_->Call(http::verb::get, "/v1/sandboxes/" + id);
@@ -249,7 +256,9 @@ print(" ".join(out))')");
   const std::string port = std::to_string(daemon_->port());
   Run(id, "timeout 3 bash -c 'exec 3<>/dev/tcp/" + site_ + "/22'", &code);
   EXPECT_NE(code, 0);
-  const std::string gateway = Run(id, "ip route | awk '/default/ {print $3}'");
+  // The gateway, where the proxy listens (from HTTP_PROXY: gVisor's kernel has no route table
+  // for `ip route` to show).
+  const std::string gateway = Run(id, "echo \"$HTTP_PROXY\" | sed -E 's|^[a-z]+://([^:/]+).*|\\1|'");
   ASSERT_FALSE(gateway.empty());
   Run(id, "timeout 3 bash -c 'exec 3<>/dev/tcp/" + gateway.substr(0, gateway.size() - 1) + "/" +
               port + "'",
@@ -268,7 +277,7 @@ print(" ".join(out))')");
   EXPECT_TRUE(saw_denied && saw_allowed) << events.body;
 }
 
-TEST_F(NetworkTest, VerdictsAreStoredAndReadBackInPagesAfterARestart) {
+TEST_P(NetworkTest, VerdictsAreStoredAndReadBackInPagesAfterARestart) {
   // The writer's own flushes a minute apart: within the test only the clean stop (and reads)
   // write verdicts.
   ASSERT_TRUE(KeepSandboxesAcrossStops({"--network-events-flush-ms", "60000"}));
@@ -371,7 +380,7 @@ TEST_F(NetworkTest, VerdictsAreStoredAndReadBackInPagesAfterARestart) {
             std::string::npos);
 }
 
-TEST_F(NetworkTest, APolicyChangeTakesEffectAtOnceAndClosesWhatItNoLongerAllows) {
+TEST_P(NetworkTest, APolicyChangeTakesEffectAtOnceAndClosesWhatItNoLongerAllows) {
   const std::string id = Create({{"mode", "allowlist"}, {"allow", {"allowed.test", "other.test"}}});
   ASSERT_FALSE(id.empty());
   EXPECT_EQ(Run(id, "curl -s -m 10 http://other.test/"), "site " + other_site_ + " host other.test\n");
@@ -395,13 +404,13 @@ TEST_F(NetworkTest, APolicyChangeTakesEffectAtOnceAndClosesWhatItNoLongerAllows)
             200);
   EXPECT_EQ(Run(id, "curl -s -m 10 http://allowed.test/"), "site " + site_ + " host allowed.test\n");
   // A sandbox made without a network keeps none.
-  const std::string plain = CreateSandbox();
+  const std::string plain = CreateSandbox(json{{"engine", GetParam()}}.dump());
   Reply refused = daemon_->Call(http::verb::patch, "/v1/sandboxes/" + plain,
                                 json{{"network", {{"mode", "open"}}}}.dump());
   EXPECT_EQ(refused.status, 409) << refused.body;
 }
 
-TEST_F(NetworkTest, OpenModeGoesOutThroughTheUplinkButNotToOtherSandboxesOrTheHost) {
+TEST_P(NetworkTest, OpenModeGoesOutThroughTheUplinkButNotToOtherSandboxesOrTheHost) {
   const std::string a = Create({{"mode", "open"}});
   const std::string b = Create({{"mode", "open"}});
   ASSERT_FALSE(a.empty());
@@ -423,12 +432,50 @@ TEST_F(NetworkTest, OpenModeGoesOutThroughTheUplinkButNotToOtherSandboxesOrTheHo
       &code);
   EXPECT_NE(code, 0) << "sandbox a reached the host";
   // And a sandbox with mode none has no interface but loopback.
-  const std::string none = CreateSandbox();
+  const std::string none = CreateSandbox(json{{"engine", GetParam()}}.dump());
   EXPECT_EQ(Run(none, "ls /sys/class/net 2>/dev/null || awk 'NR>2 {print $1}' /proc/net/dev | tr -d :"),
             "lo\n");
 }
 
-TEST_F(NetworkTest, DestroyAndRestartLeaveNoNamespaceVethOrRule) {
+// The sandbox's eth0, its addresses, routes and shaping are the host's to set: root in the
+// sandbox changes none of them (on the jail it has no capability in a namespace of the host's
+// user namespace; on gVisor the Sentry answers these requests itself and sends none to the host).
+TEST_P(NetworkTest, RootInTheSandboxCannotChangeItsInterfaceRoutesOrShaping) {
+  const std::string id = Create({{"mode", "open"}});
+  ASSERT_FALSE(id.empty());
+  const std::string address =
+      daemon_->Call(http::verb::get, "/v1/sandboxes/" + id).Json()["network"]["address"];
+  const int slot = (std::stoi(address.substr(address.rfind('.') + 1)) - 2) / 4;
+  const std::string ns = "airlock-" + id_ + "-" + std::to_string(slot);
+  auto host_view = [&] {
+    return RunProcess({"/bin/sh", "-c",
+                       "ip -n " + ns + " -o addr show dev eth0; ip -n " + ns + " route; ip -n " +
+                           ns + " -o link show; tc -n " + ns + " qdisc show dev eth0"},
+                      {{"PATH", "/usr/sbin:/usr/bin:/sbin:/bin"}})
+        .out;
+  };
+  const std::string before = host_view();
+  // Positive control: the host's view names the sandbox's address and its shaping.
+  EXPECT_NE(before.find(address + "/"), std::string::npos) << before;
+  EXPECT_NE(before.find("tbf"), std::string::npos) << before;
+  for (const std::string cmd :
+       {"ip addr add 10.99.0.9/32 dev eth0", "ip addr flush dev eth0",
+        "ip route add 198.18.0.0/15 dev eth0", "ip route del default",
+        "ip link set eth0 down", "ip link set eth0 address 02:00:00:00:00:99",
+        "ip link add airlockx type dummy", "tc qdisc del dev eth0 root",
+        "tc qdisc replace dev eth0 root pfifo"}) {
+    Reply r = daemon_->Call(http::verb::post, "/v1/sandboxes/" + id + "/exec",
+                            json{{"cmd", cmd}, {"user", "root"}, {"timeout_seconds", 30}}.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_NE(r.Json()["exit_code"], 0) << cmd << ": " << r.body;
+  }
+  EXPECT_EQ(host_view(), before);
+  // And the network still works as it did.
+  EXPECT_EQ(Run(id, "curl -s -m 10 http://" + other_site_ + "/"),
+            "site " + other_site_ + " host " + other_site_ + "\n");
+}
+
+TEST_P(NetworkTest, DestroyAndRestartLeaveNoNamespaceVethOrRule) {
   const std::string id = Create({{"mode", "allowlist"}, {"allow", {"allowed.test"}}});
   ASSERT_FALSE(id.empty());
   // Its slot, from its address: 10.215.N.(4 * slot + 2).
@@ -467,7 +514,7 @@ TEST_F(NetworkTest, DestroyAndRestartLeaveNoNamespaceVethOrRule) {
 
 // CONNECT is judged by the name and the port it names: an allowed site's address, or its name
 // on a port the rule does not list, is refused before anything is dialled.
-TEST_F(NetworkTest, ConnectToAnAllowedSitesAddressOrAnotherPortIsRefused) {
+TEST_P(NetworkTest, ConnectToAnAllowedSitesAddressOrAnotherPortIsRefused) {
   const std::string id = Create({{"mode", "allowlist"}, {"allow", {"allowed.test:443"}}});
   ASSERT_FALSE(id.empty());
   const std::vector<std::string> got =
@@ -495,7 +542,7 @@ TEST_F(NetworkTest, ConnectToAnAllowedSitesAddressOrAnotherPortIsRefused) {
 // CONNECT host, and a transparent connection goes where the SNI or Host names, never to the
 // address the client dialled. Absolute-form requests through the proxy port must agree with
 // their Host header.
-TEST_F(NetworkTest, ServerNameAndHostAreJudgedNotTheAddressDialled) {
+TEST_P(NetworkTest, ServerNameAndHostAreJudgedNotTheAddressDialled) {
   const std::string id = Create({{"mode", "allowlist"}, {"allow", {"allowed.test"}}});
   ASSERT_FALSE(id.empty());
   const std::string reached = "site " + site_ + " tls 22";
@@ -542,7 +589,7 @@ TEST_F(NetworkTest, ServerNameAndHostAreJudgedNotTheAddressDialled) {
 
 // Names that look like an allowed one are other names; the allowed name in upper case or with
 // a trailing dot is the same name, and a deny rule holds for every spelling of its name.
-TEST_F(NetworkTest, LookAlikeNamesAreJudgedAsTheNamesTheyAre) {
+TEST_P(NetworkTest, LookAlikeNamesAreJudgedAsTheNamesTheyAre) {
   const std::vector<std::string> look_alikes = {"allowed.test.evil", "xallowed.test", "allowed.testx",
                                                 "zone.test", "bad.zone.test", "BAD.ZONE.TEST",
                                                 "bad.zone.test.", "Bad.Zone.Test."};
@@ -609,5 +656,8 @@ TEST_F(NetworkTest, LookAlikeNamesAreJudgedAsTheNamesTheyAre) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Engines, NetworkTest, ::testing::ValuesIn(EnginesOfThisBuild()),
+                         EngineName);
 
 }  // namespace

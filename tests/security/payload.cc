@@ -369,6 +369,34 @@ void AppendFile(const Args& a, Line& line) {
   close(fd);
 }
 
+// Appends up to MiB mebibytes to a file (made if missing), a MiB at a time: how much went in, and the
+// error that stopped it (none if all of it did).
+void FillFile(const Args& a, Line& line) {
+  int fd = open(a.at(0).c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    line.Result(fd);
+    return;
+  }
+  const long long mib = atoll(a.at(1).c_str());
+  std::string chunk(1 << 20, 'x');
+  long long written = 0;
+  int err = 0;
+  for (long long i = 0; i < mib && err == 0; ++i) {
+    for (size_t off = 0; off < chunk.size();) {
+      ssize_t n = write(fd, chunk.data() + off, chunk.size() - off);
+      if (n <= 0) {
+        err = n < 0 ? errno : ENOSPC;
+        break;
+      }
+      off += static_cast<size_t>(n);
+      written += n;
+    }
+  }
+  close(fd);
+  line.Int("ret", 0).Int("written", written);
+  if (err) line.Str("write_errno", Line::ErrnoName(err));
+}
+
 void Mknod(const Args& a, Line& line) {
   // 8:0 is the first SCSI disk on the host.
   line.Result(mknod(a.at(0).c_str(), S_IFBLK | 0600, makedev(8, 0)));
@@ -405,6 +433,21 @@ void Processes(const Args& a, Line& line) {
   long long opened = 0, escaped = 0, canary_hits = 0, denied = 0;
   struct stat root {};
   stat("/", &root);
+  // A child of its own in /tmp: a process every engine lets it look into (gVisor's procfs opens
+  // another process's cwd and root only to its ancestors), for the positive control.
+  int ready[2];
+  if (pipe2(ready, O_CLOEXEC) < 0) return;
+  const pid_t child = fork();
+  if (child == 0) {
+    if (chdir("/tmp") == 0) (void)!write(ready[1], "r", 1);
+    pause();
+    _exit(0);
+  }
+  close(ready[1]);
+  char r;
+  const bool child_ready = child > 0 && read(ready[0], &r, 1) == 1;
+  close(ready[0]);
+  line.Int("child", child_ready ? child : -1);
   for (const std::string& pid : ListDir("/proc")) {
     if (!IsNumber(pid) || atoi(pid.c_str()) == getpid()) continue;
     const std::string base = "/proc/" + pid;
@@ -433,6 +476,10 @@ void Processes(const Args& a, Line& line) {
       if (text.find("\"w_canary_opened\":true") != std::string::npos) ++canary_hits;
       close(fd);
     }
+  }
+  if (child > 0) {
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
   }
   line.Raw("procs", JsonList(procs))
       .Raw("links", JsonList(links))
@@ -632,7 +679,7 @@ const std::map<std::string, void (*)(const Args&, Line&)>& Attempts() {
       {"connectlo", ConnectLoopback}, {"ioctl", Ioctl},    {"pending", Pending},
       {"kill", Kill},              {"pidfd", PidfdOpen},   {"ptrace", PtraceAttach},
       {"mount", Mount},            {"i386", I386},         {"x32", X32},
-      {"ids", Ids},
+      {"ids", Ids},                {"fill", FillFile},
   };
   return *table;
 }

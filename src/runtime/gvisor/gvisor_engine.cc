@@ -26,6 +26,7 @@
 #include "protocol/client.h"
 #include "runtime/guest.h"
 #include "runtime/guest_files.h"
+#include "runtime/seccomp_policy.h"
 
 extern char** environ;
 
@@ -42,11 +43,14 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kAgentInside = "/.airlock/agent";
 constexpr const char* kRunInside = "/.airlock/run";
 constexpr const char* kAgentSocket = "agent.sock";
+// The sandbox seccomp policy, compiled at Open (runtime/seccomp_policy.h): the agent installs it
+// on itself before it serves, so the Sentry applies it to every command.
+constexpr const char* kSeccompInside = "/.airlock/seccomp";
 // How long a create waits for runsc, and then for the agent's socket.
 constexpr auto kRunscTimeout = std::chrono::seconds(30);
 constexpr auto kAgentTimeout = std::chrono::seconds(15);
 // Layers a root may stack. One for now: on a root of two or more, runsc's gofer answers stat of
-// the lower layers' files with EINVAL (runsc 20221219; docs/design/gvisor.md, "Not yet").
+// the lower layers' files with EINVAL (runsc 20221219; docs/design/gvisor.md).
 constexpr uint32_t kMaxLayers = 1;
 
 Status MakeDir(const std::string& path, mode_t mode) {
@@ -96,9 +100,15 @@ std::string Tail(const std::string& path, size_t n = 600) {
   return text;
 }
 
+constexpr const char* kAlternatives = "/etc/alternatives";
+bool HostHasAlternatives() {
+  struct stat st;
+  return ::lstat(kAlternatives, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 // The sandbox's OCI runtime spec (config.json in its bundle).
 json RuntimeSpec(const SandboxSpec& spec, const std::string& dir, const std::string& agent,
-                 const std::vector<std::string>& top_dirs,
+                 const std::string& seccomp, const std::vector<std::string>& top_dirs,
                  const std::vector<std::string>& usr_dirs, const std::string& cgroup_parent) {
   std::vector<std::string> args = {kAgentInside,
                                    "--listen",
@@ -108,7 +118,11 @@ json RuntimeSpec(const SandboxSpec& spec, const std::string& dir, const std::str
                                    "--user",
                                    spec.user.empty() ? std::string(runtime::guest::kUser)
                                                      : spec.user,
-                                   "--drop-caps"};
+                                   "--drop-caps",
+                                   "--log-level",
+                                   "warn",
+                                   "--seccomp",
+                                   kSeccompInside};
   for (const std::string& kv : spec.env) args.insert(args.end(), {"--env", kv});
   // The agent's own capabilities (it switches users, drops every capability from commands,
   // signals them, and works on files their users own); commands get none (--drop-caps).
@@ -141,24 +155,31 @@ json RuntimeSpec(const SandboxSpec& spec, const std::string& dir, const std::str
        {"type", "bind"},
        {"source", agent},
        {"options", {"bind", "ro"}}},
+      {{"destination", kSeccompInside},
+       {"type", "bind"},
+       {"source", seccomp},
+       {"options", {"bind", "ro"}}},
       {{"destination", kRunInside},
        {"type", "bind"},
        {"source", dir + "/run"},
        {"options", {"bind", "rw", "nosuid", "nodev", "noexec"}}},
   });
+  // The host-/usr root, as the jail's: /usr read-only (the root's own directory, bound over
+  // itself), the host's directories in it read-only, and /usr/local the sandbox's own, writable.
+  auto bind = [&](const std::string& to, const std::string& from, bool writable) {
+    mounts.push_back({{"destination", to},
+                      {"type", "bind"},
+                      {"source", from},
+                      {"options", {"rbind", writable ? "rw" : "ro", "nosuid", "nodev"}}});
+  };
   if (spec.root.host_usr) {
-    for (const std::string& top : top_dirs) {
-      mounts.push_back({{"destination", "/" + top},
-                        {"type", "bind"},
-                        {"source", "/" + top},
-                        {"options", {"rbind", "ro", "nosuid", "nodev"}}});
-    }
-    for (const std::string& usr : usr_dirs) {
-      mounts.push_back({{"destination", "/usr/" + usr},
-                        {"type", "bind"},
-                        {"source", "/usr/" + usr},
-                        {"options", {"rbind", "ro", "nosuid", "nodev"}}});
-    }
+    // Debian's /usr/bin/awk, which, editor, ... are symlinks through /etc/alternatives: the
+    // host's, read-only (symlinks only: nothing in it is secret), as the jail binds it.
+    if (HostHasAlternatives()) bind(kAlternatives, kAlternatives, false);
+    for (const std::string& top : top_dirs) bind("/" + top, "/" + top, false);
+    bind("/usr", dir + "/rootfs/usr", false);
+    for (const std::string& usr : usr_dirs) bind("/usr/" + usr, "/usr/" + usr, false);
+    bind("/usr/local", dir + "/rootfs/usr/local", true);
   }
   json namespaces = json::array({{{"type", "pid"}}, {{"type", "ipc"}}, {{"type", "uts"}},
                                  {{"type", "mount"}}});
@@ -223,9 +244,16 @@ Status WriteGuestFiles(const std::string& root, const SandboxSpec& spec) {
   for (const char* point : {"/proc", "/dev", "/sys", "/tmp", "/.airlock", kRunInside}) {
     if (auto st = MakeDir(root + point, 0755); !st) return st;
   }
-  const std::string agent = root + kAgentInside;
-  if (::unlink(agent.c_str()) < 0 && errno != ENOENT) return FailErrno("replacing " + agent, errno);
-  return WriteText(agent, "", 0755);
+  if (spec.root.host_usr && HostHasAlternatives()) {
+    if (auto st = MakeDir(root + kAlternatives, 0755); !st) return st;
+  }
+  // The files bound in over these (what a layer has there is replaced, not written through).
+  for (const char* file : {kAgentInside, kSeccompInside}) {
+    const std::string point = root + file;
+    if (::unlink(point.c_str()) < 0 && errno != ENOENT) return FailErrno("replacing " + point, errno);
+    if (auto st = WriteText(point, "", 0755); !st) return st;
+  }
+  return {};
 }
 
 // Starts `argv` with stdin from /dev/null and stdout and stderr appended to `log`, and waits for
@@ -241,6 +269,9 @@ Result<int> RunLogged(const std::vector<std::string>& argv, const std::string& l
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
   posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  // Nothing else of the daemon's: its sockets (the API's, the DNS stubs') are not all
+  // close-on-exec, and runsc's sandbox and gofer, which outlive this call, would inherit them.
+  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
   pid_t pid = 0;
   const int err = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
@@ -289,7 +320,10 @@ GvisorEngine::GvisorEngine(GvisorOptions options) : options_(std::move(options))
   capabilities_.live_limits = false;
   capabilities_.layer_snapshot = true;
   capabilities_.host_usr_root = true;  // the host's /usr bound in read-only
-  capabilities_.networking = false;
+  // The daemon's namespace, joined through the spec with runsc's host networking in it (this
+  // runsc's own stack refuses to start on kernels since 6.x: docs/design/gvisor.md): the daemon's
+  // firewall, proxy and DNS stub on the host's end of the veth see the same packets as the jail's.
+  capabilities_.networking = true;
   capabilities_.max_layers = kMaxLayers;
   capabilities_.isolation = "gVisor's user-space kernel (runsc, platform " + options_.platform +
                             ") between the sandbox and the host's kernel";
@@ -324,6 +358,11 @@ Result<std::unique_ptr<GvisorEngine>> GvisorEngine::Open(GvisorOptions options) 
     if (auto st = MakeDir(dir, 0700); !st) return std::unexpected(st.error());
   }
   if (auto st = e->PrepareSkeletons(); !st) return std::unexpected(st.error());
+  auto seccomp = runtime::SeccompProgram::Compile();
+  if (!seccomp) return std::unexpected(seccomp.error().Wrap("gVisor engine: the seccomp policy"));
+  if (auto st = WriteText(e->SeccompPath(), seccomp->bytes(), 0644); !st) {
+    return std::unexpected(st.error());
+  }
   auto interp = ElfNeedsInterpreter(e->options_.agent_path);
   if (!interp) return std::unexpected(interp.error().Wrap("gVisor engine: the agent"));
   e->agent_static_ = !*interp;
@@ -332,6 +371,10 @@ Result<std::unique_ptr<GvisorEngine>> GvisorEngine::Open(GvisorOptions options) 
 
 std::string GvisorEngine::SandboxDir(const std::string& id) const {
   return options_.state_dir + "/gvisor/sandboxes/" + id;
+}
+
+std::string GvisorEngine::SeccompPath() const {
+  return options_.state_dir + "/gvisor/seccomp.bpf";
 }
 
 std::string GvisorEngine::SkeletonDir(bool host_usr) const {
@@ -413,9 +456,6 @@ Result<std::unique_ptr<runtime::Sandbox>> GvisorEngine::Create(const SandboxSpec
       return Fail(ErrorCode::kNotFound, "layer " + layer + " does not exist");
     }
   }
-  if (!spec.netns.empty()) {
-    return std::unexpected(runtime::Lacks(name(), "networking", "join a network"));
-  }
   // The directory is the claim on the id: of two creates of one id exactly one goes on.
   const std::string dir = SandboxDir(spec.id);
   if (::mkdir(dir.c_str(), 0700) < 0) {
@@ -457,14 +497,17 @@ Result<std::unique_ptr<runtime::Sandbox>> GvisorEngine::Create(const SandboxSpec
   }
   layer_fds.clear();
   if (auto st = WriteGuestFiles(rootfs, spec); !st) return fail(st.error());
-  const json config = RuntimeSpec(spec, dir, options_.agent_path, top_dirs_, usr_dirs_,
-                                  options_.cgroup_parent);
+  const json config = RuntimeSpec(spec, dir, options_.agent_path, SeccompPath(), top_dirs_,
+                                  usr_dirs_, options_.cgroup_parent);
   if (auto st = WriteText(dir + "/config.json", config.dump(1), 0600); !st) return fail(st.error());
 
-  const std::string log = dir + "/console.log";
+  // runsc's output and the agent's stdio. In the writable layer's tmpfs, not beside it: a command
+  // can open the agent's descriptors through gVisor's /proc, and what it writes there must count
+  // against the sandbox's own disk cap, not fill the host's.
+  const std::string log = disk + "/console.log";
   auto ran = RunLogged({options_.runsc_path, "--root", RunscRoot(spec.id),
                         "--platform", options_.platform, "--network",
-                        spec.netns.empty() ? "none" : "sandbox", "--host-uds", "all", "run",
+                        spec.netns.empty() ? "none" : "host", "--host-uds", "all", "run",
                         "--detach", "--bundle", dir, spec.id},
                        log, kRunscTimeout);
   if (!ran) return fail(ran.error());

@@ -4,8 +4,9 @@
 // engine writes an OCI bundle: the root an overlay of the shared layer store's layers (over a
 // skeleton of mount points, or the host's /usr bound read-only) under a writable layer on a
 // tmpfs capped at disk_mb, both mounted on the host in the sandbox's directory; airlock-agent
-// bound in read-only as the container's init; and a directory of the host bound in, where the
-// agent makes its socket (runsc --host-uds=create) and the daemon connects to it.
+// bound in read-only as the container's init, with the seccomp policy it installs on itself; and
+// a directory of the host bound in, where the agent makes its socket (runsc --host-uds=all) and
+// the daemon connects to it. A networked sandbox joins the daemon's network namespace.
 
 #include <map>
 #include <memory>
@@ -67,6 +68,7 @@ class GvisorEngine : public runtime::Engine {
   // (mount points only, under a root file system's layers).
   Status PrepareSkeletons();
   std::string SkeletonDir(bool host_usr) const;
+  std::string SeccompPath() const;  // the compiled policy the agent installs
   // runsc's --root for a sandbox: in its directory, so that its state goes with it.
   std::string RunscRoot(const std::string& id) const;
   // `runsc <command> <id>` (pause, resume); fails quoting its output unless it exits 0.

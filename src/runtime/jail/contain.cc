@@ -26,7 +26,7 @@
 #include "common/syscall.h"
 #include "runtime/guest_files.h"
 #include "runtime/guest.h"
-#include "runtime/jail/seccomp_policy.h"
+#include "runtime/seccomp_policy.h"
 
 namespace airlock::jail {
 namespace {
@@ -342,7 +342,7 @@ Failure WriteEtc(const JailConfig& c, const UniqueFd& alternatives) {
 // Everything the sandbox process does between clone and exec, in order. Any failure returns the
 // step and errno; nothing is retried.
 Failure ContainProcess(const JailConfig& c, int sync_fd, int agent_fd,
-                       const SeccompProgram& seccomp, const std::vector<char*>& argv,
+                       const runtime::SeccompProgram& seccomp, const std::vector<char*>& argv,
                        const std::vector<char*>& envp) {
   // 1. Wait until the launcher has written our uid and gid maps (and made the layers' idmapped
   //    mounts), then become root of the new user namespace (which is uid_base on the host).
@@ -486,7 +486,7 @@ Failure ContainProcess(const JailConfig& c, int sync_fd, int agent_fd,
   // 8. No privilege can be gained again; capabilities cut to the agent's few; seccomp last.
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) return {"no_new_privs", errno};
   if (SetCapabilities() < 0) return {"capabilities", errno};
-  if (int err = InstallSeccomp(seccomp.prog()); err != 0) return {"seccomp", err};
+  if (int err = runtime::InstallSeccomp(seccomp.prog()); err != 0) return {"seccomp", err};
 
   // 9. The agent, as PID 1, from the fd opened before pivot_root (it is not in the sandbox's
   //    file system at all).
@@ -594,7 +594,7 @@ LaunchReport Launch(const JailConfig& c) {
     if (n < 0) return fail("read seccomp program", errno);
     bpf.append(buf, static_cast<size_t>(n));
   }
-  auto seccomp = SeccompProgram::FromBytes(bpf);
+  auto seccomp = runtime::SeccompProgram::FromBytes(bpf);
   if (!seccomp) return fail("read seccomp program", EINVAL);
   UniqueFd agent(::open(c.agent_path.c_str(), O_PATH | O_CLOEXEC));
   if (!agent) return fail("open agent binary", errno);

@@ -30,7 +30,7 @@
 #include "protocol/client.h"
 #include "runtime/guest_files.h"
 #include "runtime/jail/contain.h"
-#include "runtime/jail/seccomp_policy.h"
+#include "runtime/seccomp_policy.h"
 
 extern char** environ;
 
@@ -174,7 +174,7 @@ Result<std::unique_ptr<JailEngine>> JailEngine::Open(JailOptions options) {
   if (!interp) return std::unexpected(interp.error().Wrap("jail engine: the agent"));
   rt->agent_static_ = !*interp;
   // The seccomp policy is compiled once and handed to every launcher, sealed.
-  auto seccomp = SeccompProgram::Compile();
+  auto seccomp = runtime::SeccompProgram::Compile();
   if (!seccomp) return std::unexpected(seccomp.error());
   UniqueFd memfd(::memfd_create("airlock-seccomp-bpf", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!memfd) return FailErrno("memfd_create", errno);

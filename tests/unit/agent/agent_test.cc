@@ -26,6 +26,7 @@
 #include "protocol/frame_decoder.h"
 #include "protocol/messages.h"
 #include "protocol/wire.h"
+#include "runtime/seccomp_policy.h"
 
 namespace airlock::agent::test {
 namespace {
@@ -133,6 +134,44 @@ TEST_F(AgentTest, AgentEnvFlagSitsBetweenDefaultsAndTheRequest) {
   auto env = ParseEnv(MustExec(req).stdout_data);
   EXPECT_EQ(env["FOO"], "request");
   EXPECT_EQ(env["BAR"], "agent");
+}
+
+// --seccomp: the agent installs the sandbox policy on itself before it serves (gVisor's case),
+// so every command runs under it.
+TEST_F(AgentTest, SeccompFlagPutsEveryCommandUnderThePolicy) {
+  // Positive control: without the flag, a command here runs without a filter.
+  EXPECT_EQ(MustShell("grep '^Seccomp:' /proc/self/status").stdout_data, "Seccomp:\t0\n");
+  auto program = runtime::SeccompProgram::Compile();
+  ASSERT_TRUE(program) << program.error().message();
+  const std::string path = root_.path() + "/policy.bpf";
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << program->bytes();
+  }
+  ASSERT_NO_FATAL_FAILURE(StartAgent({"--seccomp", path}));
+  EXPECT_EQ(MustShell("grep '^Seccomp:' /proc/self/status").stdout_data, "Seccomp:\t2\n");
+  // A denied call answers as the policy says; an allowed one works.
+  auto r = MustShell("unshare -U true 2>&1; echo $?; mkfifo " + root_.path() + "/fifo && echo made");
+  EXPECT_NE(r.stdout_data.find("Operation not permitted"), std::string::npos) << r.stdout_data;
+  EXPECT_NE(r.stdout_data.find("made"), std::string::npos) << r.stdout_data;
+}
+
+TEST_F(AgentTest, SeccompFlagWithAProgramThatIsNotOneEndsTheAgent) {
+  const std::string path = root_.path() + "/bad.bpf";
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << "1234567";  // not a whole BPF instruction
+  }
+  StopAgent();
+  AgentProcess agent({"--root", root_.path(), "--seccomp", path}, {"PATH=/usr/bin:/bin"});
+  auto status = agent.WaitExit(std::chrono::seconds(10));
+  ASSERT_TRUE(status.has_value()) << "the agent served without its policy";
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 2) << *status;
+  AgentProcess missing({"--root", root_.path(), "--seccomp", root_.path() + "/none"},
+                       {"PATH=/usr/bin:/bin"});
+  status = missing.WaitExit(std::chrono::seconds(10));
+  ASSERT_TRUE(status.has_value()) << "the agent served without its policy";
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 2) << *status;
 }
 
 TEST_F(AgentTest, StdinLargerThanOneMebibyteRoundTripsThroughCat) {

@@ -7,7 +7,7 @@
 // Children leave through _exit (no atexit handlers, no LeakSanitizer, which would need ptrace)
 // and start a new session, so that nothing they try reaches the test runner's terminal.
 
-#include "runtime/jail/seccomp_policy.h"
+#include "runtime/seccomp_policy.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -32,7 +32,9 @@
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -48,7 +50,7 @@
 #include <string_view>
 #include <vector>
 
-namespace airlock::jail {
+namespace airlock::runtime {
 
 // For gtest's messages about table parameters.
 void PrintTo(const SeccompRule& rule, std::ostream* os) {
@@ -869,6 +871,58 @@ TEST_F(SeccompTest, MountIsEperm) {
       EPERM);
 }
 
+// Device nodes: the kernel refuses them without CAP_MKNOD, but gVisor's lets anyone make them on
+// its tmpfs; the filter refuses them on every engine. The control runs as root here, where the
+// kernel makes the node (so the filter's answer is the one seen), and removes it.
+class SeccompMknodTest : public SeccompTest {
+ protected:
+  void SetUp() override {
+    SeccompTest::SetUp();
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root: the control makes a device node";
+    char dir[] = "/tmp/airlock-seccomp-mknod-XXXXXX";
+    ASSERT_NE(::mkdtemp(dir), nullptr) << ErrnoName(errno);
+    dir_ = dir;
+  }
+  void TearDown() override {
+    if (dir_.empty()) return;
+    ::unlink(node().c_str());
+    ::rmdir(dir_.c_str());
+  }
+  std::string node() const { return dir_ + "/node"; }
+  std::string dir_;
+};
+
+TEST_F(SeccompMknodTest, BlockAndCharacterDevicesAreEperm) {
+  const std::string path = node();
+  for (mode_t type : {S_IFBLK, S_IFCHR}) {
+    SCOPED_TRACE(type == S_IFBLK ? "block" : "character");
+    ExpectDenied([&] { return Sys(::mknod(path.c_str(), type | 0600, makedev(8, 0))); }, EPERM);
+    ::unlink(path.c_str());
+    ExpectDenied(
+        [&] { return Sys(::mknodat(AT_FDCWD, path.c_str(), type | 0600, makedev(1, 3))); }, EPERM);
+    ::unlink(path.c_str());
+  }
+}
+
+TEST_F(SeccompMknodTest, HighBitsInTheModeDoNotHideTheType) {
+  // The kernel reads a 16-bit mode: bits above it are dropped, and the node is still a device.
+  const std::string path = node();
+  ExpectDenied(
+      [&] { return Sys(::syscall(SYS_mknod, path.c_str(), 0xff0000ul | S_IFBLK | 0600, 0x800)); },
+      EPERM);
+  ExpectDenied([&] {
+    return Sys(::syscall(SYS_mknodat, AT_FDCWD, path.c_str(), ~0xfffful | S_IFCHR | 0600, 0x103));
+  }, EPERM);
+}
+
+TEST_F(SeccompMknodTest, FifosSocketsAndFilesWork) {
+  const std::string path = node();
+  for (mode_t type : {S_IFIFO, S_IFSOCK, S_IFREG}) {
+    ExpectAllowed([&] { return Sys(::mknod(path.c_str(), type | 0600, 0)); });
+    ::unlink(path.c_str());
+  }
+}
+
 TEST_F(SeccompTest, PtraceIsEperm) {
   ExpectDenied([] { return Sys(::ptrace(PTRACE_TRACEME, 0, nullptr, nullptr)); }, EPERM);
 }
@@ -1009,4 +1063,4 @@ TEST_F(SeccompTest, OrdinaryProgramsRunUnderTheFilter) {
 }
 
 }  // namespace
-}  // namespace airlock::jail
+}  // namespace airlock::runtime

@@ -1,4 +1,4 @@
-#include "runtime/jail/seccomp_policy.h"
+#include "runtime/seccomp_policy.h"
 
 #include <linux/netlink.h>
 #include <linux/seccomp.h>
@@ -9,6 +9,7 @@
 #include <sys/personality.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -21,7 +22,7 @@
 #include "common/syscall.h"
 #include "common/unique_fd.h"
 
-namespace airlock::jail {
+namespace airlock::runtime {
 namespace {
 
 // ---------------------------------------------------------------------------------------------
@@ -171,6 +172,14 @@ constexpr uint64_t kDeniedIoctls[] = {
     TIOCLINUX,  // virtual console control: selection paste is TIOCSTI by another name
 };
 
+// mknod(2) and mknodat(2) of a block or character device -> EPERM, the kernel's answer without
+// CAP_MKNOD, which a sandbox never has. On the jail the kernel refuses them anyway; gVisor's
+// kernel lets any user make device nodes on its tmpfs (the node is the Sentry's, not the host's,
+// but the contract is the same on every engine). Matched on the mode's file-type bits (the
+// kernel reads the mode as a 16-bit umode_t; a mask has no use for the rest). A character device
+// 0:0 (an overlayfs whiteout, which Linux lets anyone make) is refused as well.
+constexpr uint64_t kDeniedNodeTypes[] = {S_IFBLK, S_IFCHR};
+
 // personality(2) values allowed (Docker's default profile); every other value -> EPERM.
 // Denied flags include READ_IMPLIES_EXEC (makes every readable mapping executable),
 // ADDR_NO_RANDOMIZE (turns off ASLR), MMAP_PAGE_ZERO and the foreign exec domains.
@@ -316,6 +325,18 @@ Status AddConditionalRules(scmp_filter_ctx ctx) {
     }
   }
 
+  for (auto [name, mode_arg] : {std::pair<std::string_view, unsigned>{"mknod", 1}, {"mknodat", 2}}) {
+    auto nr = SyscallNumber(name);
+    if (!nr) return std::unexpected(nr.error());
+    for (uint64_t type : kDeniedNodeTypes) {
+      if (auto s = AddRule(ctx, SCMP_ACT_ERRNO(EPERM), *nr, name,
+                           {{mode_arg, SCMP_CMP_MASKED_EQ, S_IFMT, type}});
+          !s) {
+        return s;
+      }
+    }
+  }
+
   auto personality = SyscallNumber("personality");
   if (!personality) return std::unexpected(personality.error());
   return DenyUnlessOneOf(ctx, SCMP_ACT_ERRNO(EPERM), *personality, "personality", 0,
@@ -370,4 +391,4 @@ Result<SeccompProgram> SeccompProgram::Compile() {
   return FromBytes(bytes);
 }
 
-}  // namespace airlock::jail
+}  // namespace airlock::runtime

@@ -1,7 +1,9 @@
 #pragma once
-// The jail's seccomp policy (shared/SECURITY.md), as a table of rules with a reason each,
-// compiled with libseccomp into a BPF program before the sandbox is cloned, so that the
-// child only has to install it.
+// The sandbox seccomp policy (shared/SECURITY.md), as a table of rules with a reason each,
+// compiled with libseccomp into a BPF program by the engine, so that what runs in the sandbox
+// only has to install it: the jail's launcher before it execs the agent, the agent itself on
+// gVisor (`--seccomp`), where the Sentry enforces it as defence in depth. Every engine applies
+// the same program (docs/design/seccomp.md).
 
 #include <linux/filter.h>
 
@@ -12,7 +14,7 @@
 
 #include "common/error.h"
 
-namespace airlock::jail {
+namespace airlock::runtime {
 
 enum class SeccompAction {
   kErrno,        // the call fails with `err`
@@ -64,4 +66,4 @@ class SeccompProgram {
 // Returns 0, or the errno of the failure.
 int InstallSeccomp(const sock_fprog* prog);
 
-}  // namespace airlock::jail
+}  // namespace airlock::runtime

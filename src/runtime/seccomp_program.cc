@@ -5,12 +5,12 @@
 #include <cstring>
 #include <string>
 
-#include "runtime/jail/seccomp_policy.h"
+#include "runtime/seccomp_policy.h"
 
 // The part of seccomp_policy.h that needs no libseccomp: a compiled program, loaded from its
 // bytes and installed. The launcher links only this.
 
-namespace airlock::jail {
+namespace airlock::runtime {
 
 Result<SeccompProgram> SeccompProgram::FromBytes(std::string_view bytes) {
   size_t count = bytes.size() / sizeof(sock_filter);
@@ -39,4 +39,4 @@ int InstallSeccomp(const sock_fprog* prog) {
   return 0;
 }
 
-}  // namespace airlock::jail
+}  // namespace airlock::runtime
