@@ -65,4 +65,15 @@ Status SetNonBlocking(int fd, bool on) {
   return {};
 }
 
+bool ProcessRuns(pid_t pid) {
+  if (pid <= 0) return false;
+  auto stat = ReadFileToString("/proc/" + std::to_string(pid) + "/stat", 4096);
+  if (!stat) return false;
+  // "pid (comm) S ...": the state follows the last ')' (comm may hold any byte).
+  const size_t close = stat->rfind(')');
+  if (close == std::string::npos || close + 2 >= stat->size()) return false;
+  const char state = (*stat)[close + 2];
+  return state != 'Z' && state != 'X';
+}
+
 }  // namespace airlock

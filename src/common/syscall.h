@@ -37,4 +37,7 @@ auto RetryEintr(F&& f) {
 [[nodiscard]] Status MakePipe(UniqueFd (&ends)[2], int extra_flags = 0);
 [[nodiscard]] Status SetNonBlocking(int fd, bool on);
 
+// Whether process `pid` exists and has not exited (a zombie, exited but not reaped yet, has).
+bool ProcessRuns(pid_t pid);
+
 }  // namespace airlock

@@ -118,6 +118,11 @@ class Engine {
   // A new channel to a live sandbox's agent; the agent serves any number at once (the daemon
   // uses one per command in flight). kNotFound when the sandbox is not held by this engine.
   [[nodiscard]] virtual Result<UniqueFd> ConnectAgent(const std::string& id) = 0;
+  // Whether a sandbox held here still runs (paused counts): OK, or kFailedPrecondition saying
+  // why it stopped when it can tell (its memory ran out, its agent exited). The daemon asks when
+  // the agent does not answer, and records a sandbox that stopped as failed with that reason.
+  // kNotFound when the sandbox is not held here.
+  [[nodiscard]] virtual Status Alive(const std::string& id) = 0;
   // Takes over a sandbox that a previous run of the daemon created and left alive, from the
   // engine_state its create (or last adopt) returned: checks that it is alive and is that
   // sandbox, re-acquires what it holds, and makes it paused or not as `paused` says. On failure

@@ -20,6 +20,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/ids.h"
@@ -29,6 +30,7 @@
 #include "runtime/jail/jail_engine.h"
 #include "runtime/layer_store.h"
 #include "support/fake_engine.h"
+#include "support/slot.h"
 
 namespace airlock {
 namespace {
@@ -75,6 +77,11 @@ std::vector<EngineMaker> Makers() {
            -> Result<std::unique_ptr<Engine>> {
          jail::JailOptions o;
          o.state_dir = dir;
+         // Host uid ranges of this test process's own, below the daemons' (which start at 2^30):
+         // 32 per slot, so that the suite runs beside the end-to-end tests and other
+         // processes of itself without two sandboxes sharing a range.
+         o.uid_first = (1u << 29) + static_cast<uid_t>(testing::TestSlot()) * 32 * 65536;
+         o.uid_slots = 32;
          o.launcher_path = AIRLOCK_JAIL_LAUNCHER_PATH;
          o.agent_path = AIRLOCK_AGENT_PATH;
          o.layers = layers;
@@ -297,6 +304,30 @@ TEST_P(EngineConformance, ADestroyLeavesNothingOnTheHost) {
   const Traces left = HostTraces(box.id);
   EXPECT_TRUE(left.empty()) << "left after the destroy:\n" << left.Describe();
   EXPECT_TRUE(engine_->Destroy(box.id)) << "a second destroy must succeed";
+}
+
+// A sandbox whose processes are killed from outside (the host's OOM killer, an operator) is not
+// alive, and the engine says so with a reason the daemon records.
+TEST_P(EngineConformance, ASandboxKilledFromOutsideIsNotAlive) {
+  NEEDS_ISOLATION();
+  Box box = Make();
+  ASSERT_TRUE(engine_->Alive(box.id)) << "the control: a sandbox that runs";
+  const Traces live = HostTraces(box.id);
+  ASSERT_FALSE(live.processes.empty()) << live.Describe();
+  for (const std::string& pid : live.processes) ::kill(std::stoi(pid), SIGKILL);
+  Status alive;
+  for (int i = 0; i < 500 && (alive = engine_->Alive(box.id)); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_FALSE(alive) << "still alive 10 s after its processes were killed";
+  EXPECT_EQ(alive.error().code(), ErrorCode::kFailedPrecondition) << alive.error().message();
+  EXPECT_FALSE(alive.error().message().empty());
+  // What is left of it goes with its destroy.
+  Destroy(box.id);
+  EXPECT_TRUE(HostTraces(box.id).empty()) << HostTraces(box.id).Describe();
+  Status unknown = engine_->Alive(NewSandboxId());
+  ASSERT_FALSE(unknown);
+  EXPECT_EQ(unknown.error().code(), ErrorCode::kNotFound) << unknown.error().message();
 }
 
 TEST_P(EngineConformance, ManyCyclesLeakNothing) {

@@ -4,6 +4,9 @@
 
 #include <sys/utsname.h>
 
+#include <fstream>
+#include <thread>
+
 #include "support/airlockd.h"
 
 namespace {
@@ -124,6 +127,64 @@ TEST_F(EnginesTest, ASandboxOnGvisorRunsOnAKernelOfItsOwn) {
   EXPECT_EQ(got.Json()["engine"], "gvisor") << got.body;
   EXPECT_EQ(daemon_->Call(http::verb::delete_, "/v1/sandboxes/" + id).status, 204);
   EXPECT_EQ(daemon_->Call(http::verb::get, "/v1/sandboxes/" + id).status, 404);
+}
+
+// A sandbox that stops by itself (here: its processes killed from the host, as an operator or
+// the host's OOM killer would) is found out at the next call, recorded as failed with the
+// engine's reason, and removed whole by its DELETE; the neighbour is the control.
+TEST_F(EnginesTest, ASandboxThatStopsByItselfIsRecordedFailedWithTheReason) {
+  const std::string id = CreateSandbox(R"({"engine": "jail"})");
+  const std::string neighbour = CreateSandbox(R"({"engine": "jail"})");
+  ASSERT_FALSE(id.empty());
+  ASSERT_EQ(Run(id, "echo up"), "up\n");
+  const std::vector<std::string> cgroups = CgroupsNamed(id);
+  ASSERT_FALSE(cgroups.empty());
+  for (int round = 0; round < 20; ++round) {
+    for (const std::string& dir : cgroups) {
+      std::ifstream procs(dir + "/cgroup.procs");
+      for (pid_t pid; procs >> pid;) ::kill(pid, SIGKILL);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  Reply exec = daemon_->Call(http::verb::post, "/v1/sandboxes/" + id + "/exec",
+                             json{{"cmd", "echo up"}}.dump());
+  EXPECT_EQ(exec.status, 409) << exec.body;
+  EXPECT_NE(exec.body.find("failed"), std::string::npos) << exec.body;
+  Reply got = daemon_->Call(http::verb::get, "/v1/sandboxes/" + id);
+  EXPECT_EQ(got.Json()["state"], "failed") << got.body;
+  EXPECT_NE(got.Json().value("error", "").find("stopped"), std::string::npos) << got.body;
+  EXPECT_EQ(Run(neighbour, "echo still up"), "still up\n");
+  EXPECT_EQ(daemon_->Call(http::verb::delete_, "/v1/sandboxes/" + id).status, 204);
+  for (int i = 0; i < 100 && !CgroupsNamed(id).empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(CgroupsNamed(id).empty());
+}
+
+// On gVisor memory_mb caps the whole sandbox, its kernel included: past it the host's OOM
+// killer ends the sandbox (not one command, as on the jail). The record says so.
+TEST_F(EnginesTest, AGvisorSandboxPastItsMemoryLimitIsRecordedFailedForThatReason) {
+  const json listed = daemon_->Call(http::verb::get, "/v1/engines").Json();
+  const json gvisor = EngineNamed(listed, "gvisor");
+  if (!gvisor.value("available", false)) GTEST_SKIP() << "gVisor: " << gvisor.value("reason", "");
+  const std::string id = CreateSandbox(R"({"engine": "gvisor", "memory_mb": 128})");
+  ASSERT_FALSE(id.empty());
+  // The control: a command well inside the limit.
+  EXPECT_EQ(Run(id, "python3 -c 'a = bytearray(16 << 20); print(len(a) >> 20)'"), "16\n");
+  Reply exec = daemon_->Call(
+      http::verb::post, "/v1/sandboxes/" + id + "/exec",
+      json{{"cmd", "python3 -c 'a = bytearray(400 << 20); print(len(a))'"}, {"timeout_seconds", 60}}
+          .dump());
+  EXPECT_NE(exec.status, 200) << exec.body;
+  // The call that finds it out may be this one or the next.
+  Reply again = daemon_->Call(http::verb::post, "/v1/sandboxes/" + id + "/exec",
+                              json{{"cmd", "true"}}.dump());
+  EXPECT_EQ(again.status, 409) << again.body;
+  Reply got = daemon_->Call(http::verb::get, "/v1/sandboxes/" + id);
+  EXPECT_EQ(got.Json()["state"], "failed") << got.body;
+  EXPECT_NE(got.Json().value("error", "").find("OOM killer"), std::string::npos) << got.body;
+  EXPECT_EQ(daemon_->Call(http::verb::delete_, "/v1/sandboxes/" + id).status, 204);
+  EXPECT_TRUE(CgroupsNamed(id).empty());
 }
 
 class EngineTurnedOffTest : public DaemonTest {

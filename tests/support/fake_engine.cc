@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "common/ids.h"
+#include "common/syscall.h"
 #include "protocol/client.h"
 
 extern char** environ;
@@ -219,6 +220,14 @@ Result<runtime::LayerSnapshot> FakeEngine::SnapshotLayer(const std::string& id) 
   UniqueFd root(::open((SandboxDir(id) + "/root").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!root) return FailErrno("opening the root of " + id, errno);
   return layers_->Import(root.get(), 0);
+}
+
+Status FakeEngine::Alive(const std::string& id) {
+  const pid_t pid = AgentPid(id);
+  if (pid == 0) return Fail(ErrorCode::kNotFound, "sandbox " + id + " does not exist");
+  if (ProcessRuns(pid)) return {};
+  return Fail(ErrorCode::kFailedPrecondition,
+              "its agent (pid " + std::to_string(pid) + ") exited");
 }
 
 Status FakeEngine::Pause(const std::string&) {

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "common/build_id.h"
+#include "common/log.h"
 
 namespace airlock::daemon {
 namespace {
@@ -171,6 +172,21 @@ Error SandboxTable::Explain(const std::string& id, Error error) {
   if (!now) return std::move(now.error());
   if (auto st = store::RequireState(id, now->state, kRunningOnly); !st) {
     return std::move(st.error());
+  }
+  // Still running on record: the engine says whether the sandbox is. One that stopped by itself
+  // (its memory ran out, its agent was killed) is recorded as failed with the engine's reason,
+  // and every call after this one says so; DELETE removes what is left of it.
+  if (std::shared_ptr<HeldSandbox> held = Find(id)) {
+    Status alive = held->engine->Alive(id);
+    if (!alive && alive.error().code() == ErrorCode::kFailedPrecondition) {
+      const std::string why = "the sandbox stopped: " + alive.error().message();
+      if (auto marked = store_.MarkFailed(id, why, kRunningOnly); !marked) {
+        spdlog::warn("{}: {}; recording it failed: {}", id, why, marked.error().message());
+      } else {
+        spdlog::warn("{} failed: {}", id, why);
+      }
+      return Error(ErrorCode::kFailedPrecondition, "sandbox " + id + " failed: " + why);
+    }
   }
   return error;
 }

@@ -513,8 +513,9 @@ Result<SandboxRecord> Store::CommitEdit(Transaction& tx, SandboxRecord updated) 
   return updated;
 }
 
-Result<SandboxRecord> Store::MarkFailed(std::string_view id, std::string_view error) {
-  return Transition(id, {}, SandboxState::kFailed,
+Result<SandboxRecord> Store::MarkFailed(std::string_view id, std::string_view error,
+                                        std::span<const SandboxState> from) {
+  return Transition(id, from, SandboxState::kFailed,
                     [&](SandboxRecord& r) { r.error = std::string(error); });
 }
 

@@ -191,8 +191,10 @@ class Store {
   [[nodiscard]] Result<SandboxRecord> Transition(
       std::string_view id, std::span<const SandboxState> from, SandboxState to,
       const std::function<void(SandboxRecord&)>& mutate = {});
-  // Transition to failed from wherever the table allows, recording `error`.
-  [[nodiscard]] Result<SandboxRecord> MarkFailed(std::string_view id, std::string_view error);
+  // Transition to failed from wherever the table allows (or only from `from`), recording
+  // `error`.
+  [[nodiscard]] Result<SandboxRecord> MarkFailed(std::string_view id, std::string_view error,
+                                                 std::span<const SandboxState> from = {});
 
   // Sets the absolute TTL deadline (0 clears it). Refused (409) once destroyed.
   [[nodiscard]] Result<SandboxRecord> UpdateTtl(std::string_view id, int64_t expires_at_ms);

@@ -308,6 +308,21 @@ std::vector<std::string> CgroupDirs(const std::string& relative) {
   return dirs;
 }
 
+// The OOM kills the kernel counted in a sandbox's memory cgroup (v1: memory.oom_control; v2:
+// memory.events), 0 when it cannot tell.
+uint64_t OomKills(const std::vector<std::string>& cgroups) {
+  for (const std::string& dir : cgroups) {
+    for (const char* file : {"/memory.oom_control", "/memory.events"}) {
+      std::ifstream in(dir + file);
+      std::string key;
+      for (uint64_t value = 0; in >> key >> value;) {
+        if (key == "oom_kill") return value;
+      }
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 GvisorEngine::GvisorEngine(GvisorOptions options) : options_(std::move(options)) {
@@ -651,6 +666,26 @@ Result<runtime::LayerSnapshot> GvisorEngine::SnapshotLayer(const std::string& id
       upper ? options_.layers->Import(upper->get(), 0) : std::unexpected(upper.error());
   if (auto st = Runsc(id, "resume"); !st && layer) return std::unexpected(st.error());
   return layer;
+}
+
+Status GvisorEngine::Alive(const std::string& id) {
+  if (auto st = ValidateSandboxId(id); !st) return st;
+  if (!Holds(id)) return Fail(ErrorCode::kNotFound, "sandbox " + id + " is not held here");
+  auto state = State(id);
+  if (state && (state->first == "running" || state->first == "paused") &&
+      ProcessRuns(state->second)) {
+    return {};
+  }
+  // The Sentry is the sandbox's kernel: when the host's OOM killer ends it (memory_mb caps the
+  // whole sandbox on gVisor), every process in the sandbox goes with it.
+  if (OomKills(CgroupDirs(options_.cgroup_parent + "/" + id)) > 0) {
+    return Fail(ErrorCode::kFailedPrecondition,
+                "the host's OOM killer ended its gVisor sandbox: together its processes and "
+                "gVisor's kernel used more than its memory limit (memory_mb)");
+  }
+  return Fail(ErrorCode::kFailedPrecondition,
+              "its gVisor sandbox stopped (" +
+                  (state ? "runsc says " + state->first : state.error().message()) + ")");
 }
 
 Status GvisorEngine::Pause(const std::string& id) {

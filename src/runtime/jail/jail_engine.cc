@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <optional>
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -581,6 +582,30 @@ Result<runtime::LayerSnapshot> JailEngine::SnapshotLayer(const std::string& id) 
   thaw();
   if (!imported) return std::unexpected(imported.error().Wrap("snapshotting " + id));
   return imported;
+}
+
+Status JailEngine::Alive(const std::string& id) {
+  pid_t init_pid = 0;
+  std::optional<SandboxCgroup> cgroup;
+  {
+    std::lock_guard lock(mu_);
+    auto it = live_.find(id);
+    if (it == live_.end()) return Fail(ErrorCode::kNotFound, "sandbox " + id + " does not exist");
+    init_pid = it->second.init_pid;
+    cgroup = it->second.cgroup;
+  }
+  // Its agent is the sandbox's init: while it runs, in the sandbox's cgroup, the sandbox does.
+  auto members = cgroup->Processes();
+  if (members && std::ranges::find(*members, init_pid) != members->end() &&
+      ProcessRuns(init_pid)) {
+    return {};
+  }
+  std::string why = "its agent (pid " + std::to_string(init_pid) + ", the sandbox's init) exited";
+  if (auto kills = cgroup->OomKills(); kills && *kills > 0) {
+    why += "; the kernel's OOM killer ran in the sandbox " + std::to_string(*kills) +
+           " time(s) (its memory limit)";
+  }
+  return Fail(ErrorCode::kFailedPrecondition, why);
 }
 
 Status JailEngine::Pause(const std::string& id) {
