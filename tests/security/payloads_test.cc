@@ -373,8 +373,9 @@ TEST_P(PayloadsTest, FdAndCwdLeaks) {
           std::string("the agent's cwd, root") + (fds_open_here ? "" : " and fds") +
               " (/proc/1/...) are closed to a command (" + user + ")",
           procs, agent_denied && agent_links >= 2);
-    // Positive control: the same walk opened the sleepers' cwd and root (its own user's, or
-    // all as root) and saw them end at this sandbox's root.
+    // Positive control: the same walk opened other processes' cwd and root (a child of the
+    // payload's own on every engine; on the jail the sleepers' too, its own user's or all as
+    // root) and saw them end at this sandbox's root.
     Judge("fd / cwd leaks", "positive control: the walk opens other commands' cwd and root (" + user + ")",
           procs, procs.value("opened", 0) >= 2);
     const json& cwd = got["cwdwalk:" + a.path];
