@@ -1,5 +1,6 @@
 #include "daemon/server/sandbox_table.h"
 
+#include <cerrno>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <utility>
@@ -173,10 +174,14 @@ Error SandboxTable::Explain(const std::string& id, Error error) {
   if (auto st = store::RequireState(id, now->state, kRunningOnly); !st) {
     return std::move(st.error());
   }
-  // Still running on record: the engine says whether the sandbox is. One that stopped by itself
-  // (its memory ran out, its agent was killed) is recorded as failed with the engine's reason,
-  // and every call after this one says so; DELETE removes what is left of it.
-  if (std::shared_ptr<HeldSandbox> held = Find(id)) {
+  // Still running on record, and the channel to its agent failed (an agent that answers with
+  // an error is alive: the engine, which on gVisor runs runsc to tell, is not asked then): the
+  // engine says whether the sandbox runs. One that stopped by itself (its memory ran out, its
+  // agent was killed) is recorded as failed with the engine's reason, and every call after this
+  // one says so; DELETE removes what is left of it.
+  const bool channel_failed = error.code() == ErrorCode::kUnavailable ||
+                              error.sys_errno() == EPIPE || error.sys_errno() == ECONNRESET;
+  if (std::shared_ptr<HeldSandbox> held = channel_failed ? Find(id) : nullptr) {
     Status alive = held->engine->Alive(id);
     if (!alive && alive.error().code() == ErrorCode::kFailedPrecondition) {
       const std::string why = "the sandbox stopped: " + alive.error().message();
