@@ -121,8 +121,8 @@ TEST_F(FirewallTest, ASandboxsRulesBecomeItsChainInOrder) {
   const char* order[] = {
       "ct state new ct count over 64 reject",
       "ip daddr 198.51.100.0/24 reject with icmpx admin-prohibited",
-      "ip daddr { 203.0.113.7, 203.0.113.9 } meta l4proto { tcp, udp, dccp, sctp, udplite } th "
-      "dport 8080 reject",
+      ("ip daddr { 203.0.113.7, 203.0.113.9 } meta l4proto { tcp, udp, dccp, sctp, udplite } th "
+       "dport 8080 reject"),
       "ip6 daddr 2001:db8:5::/48 reject",
       "udp dport 443 reject",
       "ip daddr 10.1.0.0/16 meta l4proto { tcp, udp, dccp, sctp, udplite } th dport 5432 accept",
