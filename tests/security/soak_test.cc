@@ -555,15 +555,36 @@ void Worker(const Daemon& d, int w, bool networked, const std::atomic<bool>& sto
   }
 }
 
+// The churn workers: stopped and joined however the test body ends, so that a failure or an
+// exception in it is reported as such (a joinable std::thread destroyed would abort the binary
+// and leave its daemon running).
+class Workers {
+ public:
+  Workers(const Daemon& d, int count, bool networked, Ledger& ledger) {
+    for (int w = 0; w < count; ++w) {
+      threads_.emplace_back([&d, w, networked, &ledger, this] {
+        Worker(d, w, networked, stop_, ledger);
+      });
+    }
+  }
+  ~Workers() { StopAndJoin(); }
+  void StopAndJoin() {
+    stop_ = true;
+    for (auto& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+};
+
 TEST_F(SoakTest, ChurnLeavesNothingBehind) {
   const std::string klass = "leaks under churn";
   Ledger ledger;
-  std::atomic<bool> stop{false};
-  std::vector<std::thread> workers;
   const auto start = Clock::now();
-  for (int w = 0; w < P().concurrency; ++w) {
-    workers.emplace_back([&, w] { Worker(*daemon_, w, networked_, stop, ledger); });
-  }
+  Workers workers(*daemon_, P().concurrency, networked_, ledger);
   // RSS after a quarter of the run (warm: allocator arenas, caches, thread stacks), and at the end.
   std::this_thread::sleep_for(std::chrono::milliseconds(P().seconds * 250));
   const int64_t rss_warm = target_->Take(daemon_->pid()).daemon_rss_kb;
@@ -577,8 +598,7 @@ TEST_F(SoakTest, ChurnLeavesNothingBehind) {
     rss_peak = std::max(rss_peak, now.daemon_rss_kb);
     for (const char* kind : kKinds) seen[kind] = std::max(seen[kind], now.Count(kind));
   }
-  stop = true;
-  for (auto& t : workers) t.join();
+  workers.StopAndJoin();
   const double run_seconds = Seconds(Clock::now() - start);
   // The short-TTL sandboxes expire on their own.
   const auto deadline = Clock::now() + std::chrono::seconds(15);
@@ -633,17 +653,12 @@ TEST_F(SoakTest, SigkillDuringChurnLosesNothingAndOrphansNothing) {
   int lost = 0, resurrected = 0, ttl_missed = 0, orphan_rounds = 0, checked_ttl = 0;
   std::vector<double> restart_ms;
   for (int round = 0; round < P().kills; ++round) {
-    std::atomic<bool> stop{false};
-    std::vector<std::thread> workers;
-    for (int w = 0; w < P().concurrency; ++w) {
-      workers.emplace_back([&, w] { Worker(*daemon_, w, networked_, stop, ledger); });
-    }
+    Workers workers(*daemon_, P().concurrency, networked_, ledger);
     // A random moment: anywhere from early in a create to late in the interval.
     std::uniform_real_distribution<double> when(0.3, 2 * interval - 0.3);
     std::this_thread::sleep_for(std::chrono::duration<double>(when(rng)));
     const int status = daemon_->Stop(SIGKILL);
-    stop = true;
-    for (auto& t : workers) t.join();
+    workers.StopAndJoin();
     ASSERT_TRUE(WIFSIGNALED(status));
     // Down for a while: short TTLs pass meanwhile.
     std::this_thread::sleep_for(std::chrono::milliseconds(200 + rng() % 1500));

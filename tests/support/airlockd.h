@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -90,8 +91,13 @@ class Daemon {
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
+    const pid_t test_pid = ::getpid();
     pid_ = ::fork();
     if (pid_ == 0) {
+      // The daemon goes with the test process, however that ends (an abort skips every
+      // destructor): SIGTERM, on which it destroys its sandboxes (--on-shutdown destroy).
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() != test_pid) ::_exit(127);
       ::dup2(out[1], STDOUT_FILENO);
       int err = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
       if (err >= 0) ::dup2(err, STDERR_FILENO);
