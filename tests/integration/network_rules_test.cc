@@ -206,11 +206,16 @@ class NetworkRulesTest : public DaemonTest {
               const std::string& what) {
     SCOPED_TRACE(what + ": " + WayName(way) + " to " + t.host + ":" + std::to_string(t.port));
     const int before = Hits(way, t);
-    const std::string out = Run(id, Command(id, way, t));
+    const Reply r = daemon_->Call(http::verb::post, "/v1/sandboxes/" + id + "/exec",
+                                  json{{"cmd", Command(id, way, t)}, {"timeout_seconds", 30}}.dump());
+    EXPECT_EQ(r.status, 200) << r.body;
+    const json doc = r.Json();
+    const std::string out = doc.value("stdout", "");
     const int after = Hits(way, t);
     const std::string answer = (way == Way::kUdp ? "udp " : "site ") + t.address;
     if (reached) {
-      EXPECT_NE(out.find(answer), std::string::npos) << "the positive control failed: " << out;
+      EXPECT_NE(out.find(answer), std::string::npos)
+          << "the positive control failed: " << out << "; stderr: " << doc.value("stderr", "");
       EXPECT_GT(after, before) << "the site counted nothing";
     } else {
       EXPECT_EQ(out.find(answer), std::string::npos) << "a denied destination answered: " << out;
@@ -441,6 +446,7 @@ TEST_F(NetworkRulesTest, TheMetadataAddressStaysOutOfReachOverIpv6) {
   for (const json& network :
        {json{{"mode", "open"}}, json{{"mode", "open"}, {"allow", {"fd00::/8"}}},
         json{{"mode", "allowlist"}, {"allow", {"fd00:ec2::/32", meta}}}}) {
+    SCOPED_TRACE(network.dump());
     const std::string id = Create(network);
     ASSERT_FALSE(id.empty());
     Run(id, "curl -sg -m 3 --noproxy '*' http://[" + meta + "]:8080/");

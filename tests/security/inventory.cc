@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <thread>
 
+#include "common/syscall.h"
 #include "daemon/store/store.h"
 
 namespace airlock::security {
@@ -17,16 +17,24 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A directory's names; none when it is gone. The listing is read with increment(ec), not ++,
+// which throws: a directory may go while it is read (a sandboxes' cgroup parent goes with its
+// last sandbox, a process from /proc).
 std::vector<std::string> Entries(const std::string& dir) {
   std::vector<std::string> out;
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) out.push_back(e.path().filename());
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    out.push_back(it->path().filename());
+  }
   return out;
 }
 
+// A file's contents, "" when it cannot be read. Not an ifstream: a process that ends between
+// the open and the read of its /proc files fails the read with ESRCH, on which libstdc++'s
+// filebuf throws out of istreambuf_iterator.
 std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
+  auto text = ReadFileToString(path);
+  return text ? std::move(*text) : std::string();
 }
 
 // pid -> (ppid, comm), for every process on the host.
@@ -51,7 +59,8 @@ std::map<pid_t, std::pair<pid_t, std::string>> ProcessTable() {
 void ReadRecords(const std::string& state_dir, std::set<std::string>& ids,
                  std::map<std::string, uint32_t>& slots) {
   const std::string db = state_dir + "/airlock.db";
-  if (!fs::exists(db)) return;
+  std::error_code ec;
+  if (!fs::exists(db, ec)) return;
   auto store = store::Store::Open(db);
   if (!store) {
     std::fprintf(stderr, "inventory: %s\n", store.error().message().c_str());
@@ -109,7 +118,8 @@ InventoryTarget::InventoryTarget(pid_t daemon_pid, std::string state_dir, std::s
       std::string own = m + path;
       if (own.ends_with("/airlockd")) own.resize(own.size() - 9);
       // The parent itself goes with the last sandbox in it (cgroups.cc), so it may be absent.
-      if (fs::is_directory(own)) cgroup_parents_.push_back(own + "/airlock");
+      std::error_code ec;
+      if (fs::is_directory(own, ec)) cgroup_parents_.push_back(own + "/airlock");
     }
   }
 }

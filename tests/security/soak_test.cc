@@ -18,13 +18,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <fstream>
 #include <mutex>
 #include <random>
 #include <set>
 #include <thread>
 
 #include "client/http_client.h"
+#include "common/syscall.h"
 #include "security/inventory.h"
 #include "security/report.h"
 #include "support/airlockd.h"
@@ -82,9 +82,11 @@ HttpClient ClientFor(const Daemon& d) {
   return std::move(*client);
 }
 
+// "" when it cannot be read. Not an ifstream: reading /proc/<pid>/stat of a process that has
+// just ended fails with ESRCH, on which libstdc++'s filebuf throws.
 std::string ReadText(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
+  auto text = ReadFileToString(path);
+  return text ? std::move(*text) : std::string();
 }
 
 // "key N" lines (pids.events, memory.events, memory.oom_control): N, or -1.

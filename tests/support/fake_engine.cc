@@ -42,9 +42,10 @@ Result<UniqueFd> Connect(const std::string& path) {
 
 // Whether `pid` is an agent serving the sandbox directory `dir`.
 bool IsAgentOf(pid_t pid, const std::string& dir) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
-  std::string cmdline((std::istreambuf_iterator<char>(in)), {});
-  return !cmdline.empty() && cmdline.find(dir + "/agent.sock") != std::string::npos;
+  // ReadFileToString, not an ifstream: a process that ends while it is read fails the read with
+  // ESRCH, on which libstdc++'s filebuf throws.
+  auto cmdline = ReadFileToString("/proc/" + std::to_string(pid) + "/cmdline");
+  return cmdline && cmdline->find(dir + "/agent.sock") != std::string::npos;
 }
 
 pid_t PidOf(const std::string& engine_state) {
