@@ -206,16 +206,13 @@ class NetworkRulesTest : public DaemonTest {
               const std::string& what) {
     SCOPED_TRACE(what + ": " + WayName(way) + " to " + t.host + ":" + std::to_string(t.port));
     const int before = Hits(way, t);
-    const Reply r = daemon_->Call(http::verb::post, "/v1/sandboxes/" + id + "/exec",
-                                  json{{"cmd", Command(id, way, t)}, {"timeout_seconds", 30}}.dump());
-    EXPECT_EQ(r.status, 200) << r.body;
-    const json doc = r.Json();
-    const std::string out = doc.value("stdout", "");
+    std::string err;
+    const std::string out = Run(id, Command(id, way, t), nullptr, &err);
     const int after = Hits(way, t);
     const std::string answer = (way == Way::kUdp ? "udp " : "site ") + t.address;
     if (reached) {
       EXPECT_NE(out.find(answer), std::string::npos)
-          << "the positive control failed: " << out << "; stderr: " << doc.value("stderr", "");
+          << "the positive control failed: " << out << "; stderr: " << err;
       EXPECT_GT(after, before) << "the site counted nothing";
     } else {
       EXPECT_EQ(out.find(answer), std::string::npos) << "a denied destination answered: " << out;

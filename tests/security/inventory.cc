@@ -33,8 +33,7 @@ std::vector<std::string> Entries(const std::string& dir) {
 // the open and the read of its /proc files fails the read with ESRCH, on which libstdc++'s
 // filebuf throws out of istreambuf_iterator.
 std::string ReadAll(const std::string& path) {
-  auto text = ReadFileToString(path);
-  return text ? std::move(*text) : std::string();
+  return ReadFileToString(path).value_or("");
 }
 
 // pid -> (ppid, comm), for every process on the host.

@@ -85,8 +85,7 @@ HttpClient ClientFor(const Daemon& d) {
 // "" when it cannot be read. Not an ifstream: reading /proc/<pid>/stat of a process that has
 // just ended fails with ESRCH, on which libstdc++'s filebuf throws.
 std::string ReadText(const std::string& path) {
-  auto text = ReadFileToString(path);
-  return text ? std::move(*text) : std::string();
+  return ReadFileToString(path).value_or("");
 }
 
 // "key N" lines (pids.events, memory.events, memory.oom_control): N, or -1.

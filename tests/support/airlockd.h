@@ -218,12 +218,14 @@ class DaemonTest : public ::testing::Test {
   }
 
   // Runs `cmd` in sandbox `id` (30 s at most); its stdout, and its exit code through `code`.
-  std::string Run(const std::string& id, const std::string& cmd, int* code = nullptr) {
+  std::string Run(const std::string& id, const std::string& cmd, int* code = nullptr,
+                  std::string* err = nullptr) {
     Reply r = daemon_->Call(http::verb::post, "/v1/sandboxes/" + id + "/exec",
                             json{{"cmd", cmd}, {"timeout_seconds", 30}}.dump());
     EXPECT_EQ(r.status, 200) << r.body;
     const json doc = r.Json();
     if (code) *code = doc.value("exit_code", -1);
+    if (err) *err = doc.value("stderr", "");
     return doc.value("stdout", "");
   }
 
