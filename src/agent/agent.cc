@@ -30,6 +30,8 @@ constexpr size_t kReadChunk = p::kMaxChunk;
 // Reads per output event, so one noisy process cannot starve the others.
 constexpr int kReadsPerEvent = 8;
 constexpr size_t kChannelReadPerEvent = 1 << 20;
+// How often a quiesced agent looks for its wake file: the most a resume waits for it.
+constexpr auto kWakePoll = std::chrono::milliseconds(2);
 
 // Signals the agent handles through its signalfd. The ones it forwards go to every running
 // command's process group.
@@ -214,7 +216,7 @@ int Agent::Run() {
   epoll_event events[256];
   while (true) {
     auto now = Clock::now();
-    bool serving = listen_fd_.valid() || !connections_.empty();
+    bool serving = listen_fd_.valid() || !connections_.empty() || !wake_path_.empty();
     if (!serving) break;
     if (shutting_down_) {
       bool busy = false;
@@ -252,6 +254,7 @@ int Agent::Run() {
       }
     }
     OnTimers(Clock::now());
+    if (!wake_path_.empty()) CheckWake();
     for (size_t i = 0; i < processes_.size();) {
       ExecState& e = *processes_[i];
       MaybeFinish(e);  // may remove it
@@ -295,6 +298,8 @@ int Agent::NextTimeoutMs(Clock::time_point now) const {
     consider(e->kill_at);
     consider(e->linger_until);
   }
+  // Quiesced: the wake file is looked for this often (nothing can tell the agent it is there).
+  if (!wake_path_.empty()) consider(now + kWakePoll);
   if (!next) return -1;
   auto ms = std::chrono::ceil<std::chrono::milliseconds>(*next - now).count();
   return static_cast<int>(std::clamp<int64_t>(ms, 0, 60000));
@@ -455,8 +460,8 @@ void Agent::CloseConnection(Connection& c) {
   c.downloads.clear();
   if (c.fd) DelWatch(c.fd.get());
   c.fd.Reset();
-  // An agent serving one inherited channel (no listener) ends with it.
-  if (!listen_fd_ && connections_.size() == 1) BeginShutdown();
+  // An agent serving one inherited channel (no listener) ends with it; a quiesced one waits.
+  if (!listen_fd_ && wake_path_.empty() && connections_.size() == 1) BeginShutdown();
 }
 
 void Agent::Send(Connection& c, uint32_t stream, const Message& msg) {
@@ -505,6 +510,8 @@ void Agent::HandleFrame(Connection& c, p::Frame frame) {
       return StartAttach(c, stream, std::get<p::Attach>(*msg));
     case p::MsgType::kProcList:
       return SendProcessList(c, stream);
+    case p::MsgType::kQuiesce:
+      return Quiesce(c, stream, std::get<p::Quiesce>(*msg));
     case p::MsgType::kDetach: {
       auto it = c.attachments.find(stream);
       if (it == c.attachments.end()) return;  // already ended (the process exited): late
@@ -793,6 +800,62 @@ void Agent::RemoveProcess(ExecState& e) {
     EndAttachment(*a, e.result ? p::Message(*e.result) : p::Message(p::Done{a->sent}));
   }
   std::erase_if(processes_, [&](const std::unique_ptr<ExecState>& p) { return p.get() == &e; });
+}
+
+void Agent::Quiesce(Connection& c, uint32_t stream, const p::Quiesce& req) {
+  if (shutting_down_) {
+    return SendError(c, stream, Error(ErrorCode::kUnavailable, "the agent is shutting down"));
+  }
+  if (listen_path_.empty()) {
+    return SendError(c, stream,
+                     Error(ErrorCode::kFailedPrecondition,
+                           "this agent serves an inherited socket or channel; only one that "
+                           "listens on a path (--listen) can close it and listen again"));
+  }
+  // A command in the foreground, a transfer or an attachment would lose its channel: refused,
+  // so that nothing the caller is waiting for is cut off. (This stream counts as one.)
+  size_t in_progress = 0;
+  for (const auto& other : connections_) in_progress += other->state.open_streams();
+  if (in_progress > 1) {
+    return SendError(c, stream,
+                     Error(ErrorCode::kFailedPrecondition,
+                           std::to_string(in_progress - 1) +
+                               " operation(s) in progress (commands in the foreground, file "
+                               "transfers, attachments); background processes do not count"));
+  }
+  // Nothing of the host's stays open: the listener and every channel close now, this one last
+  // (the caller reads its end as "all closed").
+  DelWatch(listen_fd_.get());
+  listen_fd_.Reset();
+  ::unlink(listen_path_.c_str());
+  wake_path_ = req.wake_path;
+  for (auto& other : connections_) {
+    if (other.get() == &c) continue;
+    other->closing = true;
+    CloseConnection(*other);
+  }
+  Send(c, stream, p::Done{0});
+  Flush(c);
+  c.closing = true;
+  if (c.pending() == 0) CloseConnection(c);
+  spdlog::info("quiesced; waiting for {}", wake_path_);
+}
+
+void Agent::CheckWake() {
+  if (!connections_.empty()) return;  // the quiescing channel is still being flushed
+  struct stat st;
+  if (::stat(wake_path_.c_str(), &st) < 0) return;
+  ::unlink(wake_path_.c_str());
+  wake_path_.clear();
+  const std::string path = listen_path_;
+  if (auto listened = Listen(path); !listened) {
+    // Nobody can reach this agent any more: end the sandbox rather than leave it unreachable.
+    spdlog::error("listening again after the wake: {}", listened.error().message());
+    listen_path_.clear();
+    BeginShutdown();
+    return;
+  }
+  spdlog::info("woke; listening on {}", path);
 }
 
 void Agent::BeginShutdown() {

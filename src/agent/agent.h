@@ -187,6 +187,10 @@ class Agent {
   void EndAttachment(Attachment& a, const protocol::Message& last);
   void StartAttach(Connection& c, uint32_t stream, const protocol::Attach& req);
   void SendProcessList(Connection& c, uint32_t stream);
+  // protocol::Quiesce: every channel and the listener closed, then waiting for the wake file.
+  void Quiesce(Connection& c, uint32_t stream, const protocol::Quiesce& req);
+  // While quiesced: listens again once the wake file is there.
+  void CheckWake();
   // The process a stream of `c` controls (its exec or attachment), or nullptr.
   ExecState* ProcessFor(Connection& c, uint32_t stream);
   ExecState* FindRunning(pid_t pid);
@@ -232,6 +236,8 @@ class Agent {
   // remembers, in the order they started.
   std::vector<std::unique_ptr<ExecState>> processes_;
   bool shutting_down_ = false;
+  // Set while quiesced: the file whose appearance ends it (the sandbox was restored).
+  std::string wake_path_;
   std::optional<Clock::time_point> shutdown_deadline_;
   uint64_t oom_kills_seen_ = 0;
 };

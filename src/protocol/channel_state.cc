@@ -13,7 +13,8 @@ std::unexpected<Error> Violation(uint32_t stream, const Message& msg, std::strin
 bool IsOpener(MsgType t) {
   return t == MsgType::kExec || t == MsgType::kFileWrite || t == MsgType::kFileRead ||
          t == MsgType::kStat || t == MsgType::kList || t == MsgType::kRemove ||
-         t == MsgType::kMkdir || t == MsgType::kAttach || t == MsgType::kProcList;
+         t == MsgType::kMkdir || t == MsgType::kAttach || t == MsgType::kProcList ||
+         t == MsgType::kQuiesce;
 }
 
 }  // namespace
@@ -181,6 +182,9 @@ void ChannelState::Open(uint32_t stream, const Message& msg) {
       break;
     case MsgType::kProcList:
       s.kind = Kind::kProcList;
+      break;
+    case MsgType::kQuiesce:
+      s.kind = Kind::kQuiesce;
       break;
     case MsgType::kFileWrite:
       s.kind = Kind::kFileWrite;

@@ -36,7 +36,8 @@ class ChannelState {
   bool IsOpen(uint32_t stream) const { return streams_.contains(stream); }
 
  private:
-  enum class Kind { kExec, kFileWrite, kFileRead, kStat, kList, kRemove, kMkdir, kAttach, kProcList };
+  enum class Kind { kExec, kFileWrite, kFileRead, kStat, kList, kRemove, kMkdir, kAttach, kProcList,
+                    kQuiesce };
   struct Stream {
     Kind kind;
     bool stdin_open = false;   // exec with a stdin pipe the daemon has not closed

@@ -370,4 +370,25 @@ Status BlockingClient::Ping(uint64_t nonce) {
   }
 }
 
+Status BlockingClient::Quiesce(const std::string& wake_path) {
+  const uint32_t stream = NextStream();
+  if (auto st = Send(stream, protocol::Quiesce{wake_path}); !st) return st;
+  auto msg = NextFor(stream);
+  if (!msg) return std::unexpected(msg.error());
+  if (std::holds_alternative<ErrorMsg>(*msg)) return std::unexpected(StreamError(*msg));
+  if (!std::holds_alternative<Done>(*msg)) {
+    return Fail(ErrorCode::kProtocol,
+                "unexpected " + std::string(MsgTypeName(TypeOf(*msg))) + " on a quiesce stream");
+  }
+  // The agent closes the other channels before this one: its end is the last.
+  auto after = Receive();
+  if (after) {
+    return Fail(ErrorCode::kProtocol, "the agent sent " +
+                                          std::string(MsgTypeName(TypeOf(after->second))) +
+                                          " after it quiesced");
+  }
+  if (after.error().code() != ErrorCode::kUnavailable) return std::unexpected(after.error());
+  return {};
+}
+
 }  // namespace airlock::protocol

@@ -70,6 +70,10 @@ class BlockingClient {
   Result<uint64_t> Remove(const std::string& path, bool recursive = false);
   Status Mkdir(const std::string& path, uint32_t mode = 0755, bool parents = false);
   Status Ping(uint64_t nonce);
+  // Quiesces the agent (messages.h, Quiesce) and waits until it has closed this channel, the
+  // last of its channels to close: on success nothing of the agent's is connected to the host.
+  // The client is spent after it.
+  Status Quiesce(const std::string& wake_path);
 
   // Low level, for tests of the agent's handling of bad input.
   uint32_t NextStream() { return ++last_stream_; }

@@ -203,6 +203,7 @@ void Put(std::string& out, const Attached& m) {
 }
 void Put(std::string& out, const Dropped& m) { PutInt<uint64_t>(out, m.bytes); }
 void Put(std::string&, const ProcList&) {}
+void Put(std::string& out, const Quiesce& m) { PutString(out, m.wake_path); }
 void Put(std::string& out, const StdinData& m) { PutString(out, m.data); }
 void Put(std::string&, const StdinClose&) {}
 void Put(std::string& out, const Signal& m) { PutInt<int32_t>(out, m.signo); }
@@ -489,6 +490,11 @@ Message Read(MsgType type, Reader& r) {
       return Dropped{r.Int<uint64_t>()};
     case MsgType::kProcList:
       return ProcList{};
+    case MsgType::kQuiesce: {
+      Quiesce m{ReadPath(r)};
+      if (r.ok() && !m.wake_path.starts_with('/')) r.Fail("the wake path must be absolute");
+      return m;
+    }
     case MsgType::kProcesses:
       return ReadProcesses(r);
     case MsgType::kError:

@@ -110,6 +110,18 @@ struct ProcList {
   bool operator==(const ProcList&) const = default;
 };
 
+// Readies the agent for a memory checkpoint of its sandbox (docs/agent.md, "Quiesce"): refused
+// (kError, kFailedPrecondition) while any channel has a stream in progress; otherwise answered
+// with kDone, after which the agent closes every channel and its listening socket (nothing of
+// the host is held open across the checkpoint) and waits, serving its background processes,
+// until a file appears at `wake_path` (made once the sandbox is restored); then it removes the
+// file and listens again where it listened.
+struct Quiesce {
+  static constexpr MsgType kType = MsgType::kQuiesce;
+  std::string wake_path;  // absolute
+  bool operator==(const Quiesce&) const = default;
+};
+
 struct StdinData {
   static constexpr MsgType kType = MsgType::kStdinData;
   std::string data;
@@ -281,7 +293,7 @@ struct ErrorMsg {
 using Message = std::variant<Hello, Ping, Pong, Exec, StdinData, StdinClose, Signal, Resize,
                              Started, Output, Exited, FileWrite, Data, DataEnd, FileRead, Stat,
                              StatResult, List, Entries, Remove, Mkdir, Done, ErrorMsg, Attach,
-                             Detach, Attached, Dropped, ProcList, Processes>;
+                             Detach, Attached, Dropped, ProcList, Processes, Quiesce>;
 
 MsgType TypeOf(const Message& msg);
 

@@ -28,6 +28,8 @@ std::string_view MsgTypeName(MsgType type) {
       return "attach";
     case MsgType::kProcList:
       return "proc_list";
+    case MsgType::kQuiesce:
+      return "quiesce";
     case MsgType::kDetach:
       return "detach";
     case MsgType::kAttached:

@@ -44,6 +44,7 @@ enum class MsgType : uint8_t {
   kMkdir = 16,
   kAttach = 17,    // to a process by pid: control it, wait for it, read its output
   kProcList = 18,  // the agent's process table
+  kQuiesce = 19,   // before a memory checkpoint: close every channel, wait for a wake file
   // daemon -> agent on an open exec stream
   kStdinData = 20,
   kStdinClose = 21,

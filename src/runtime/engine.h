@@ -62,6 +62,7 @@ struct Capabilities {
   bool live_limits = false;     // UpdateLimits (cpus, memory, pids) on a running sandbox
   bool layer_snapshot = false;  // SnapshotLayer: snapshots, forks of the file system, builds
   bool memory_checkpoint = false;  // a sandbox saved with its memory and restored later
+  bool memory_checkpoint_network = false;  // ... also one that joined a network namespace
   bool memory_fork = false;        // a running sandbox copied with its memory
   bool host_usr_root = false;      // RootSpec::host_usr
   bool networking = false;         // joins SandboxSpec::netns
@@ -70,7 +71,7 @@ struct Capabilities {
   std::string agent_channel;       // how the daemon reaches the agent (runtime/guest.h)
 };
 
-enum class SandboxState { kRunning, kPaused };
+enum class SandboxState { kRunning, kPaused, kHibernated };
 
 // A live sandbox as its engine reports it.
 struct SandboxInfo {
@@ -78,6 +79,13 @@ struct SandboxInfo {
   SandboxState state = SandboxState::kRunning;
   // The engine's own record of the sandbox (a JSON object by convention, never read by the
   // daemon): stored with the sandbox's record, given back to Adopt after a restart.
+  std::string engine_state;
+};
+
+// A sandbox saved to disk with its memory (Engine::Hibernate).
+struct Hibernation {
+  uint64_t image_bytes = 0;  // the memory image, on disk under the engine's state dir
+  // Replaces the sandbox's engine_state (what Adopt gets back while it is hibernated).
   std::string engine_state;
 };
 
@@ -124,12 +132,13 @@ class Engine {
   // kNotFound when the sandbox is not held here.
   [[nodiscard]] virtual Status Alive(const std::string& id) = 0;
   // Takes over a sandbox that a previous run of the daemon created and left alive, from the
-  // engine_state its create (or last adopt) returned: checks that it is alive and is that
-  // sandbox, re-acquires what it holds, and makes it paused or not as `paused` says. On failure
-  // nothing is changed (the caller destroys the sandbox by id).
+  // engine_state its create (or last adopt, hibernate or wake) returned: checks that it is alive
+  // and is that sandbox, re-acquires what it holds, and makes it paused or not as `state` says
+  // (kHibernated: its memory image is there and nothing of it runs). On failure nothing is
+  // changed (the caller destroys the sandbox by id).
   [[nodiscard]] virtual Result<SandboxInfo> Adopt(const std::string& id,
                                                   const std::string& engine_state,
-                                                  bool paused) = 0;
+                                                  SandboxState state) = 0;
   // The ids of every sandbox, live or half made, that this engine instance owns (under its
   // state dir; never another instance's); for recovery, which destroys the ones no record
   // claims.
@@ -143,6 +152,15 @@ class Engine {
   // Capabilities::pause.
   [[nodiscard]] virtual Status Pause(const std::string& id) = 0;
   [[nodiscard]] virtual Status Resume(const std::string& id) = 0;
+  // Capabilities::memory_checkpoint. Saves a running sandbox's processes and memory to disk and
+  // stops it: nothing of it runs and the memory it held is freed; its files stay. Every agent
+  // channel to it closes. kFailedPrecondition, the sandbox still running, when it cannot be
+  // saved now (a command in the foreground, a file transfer) or at all (the message says why).
+  [[nodiscard]] virtual Result<Hibernation> Hibernate(const std::string& id) = 0;
+  // Restores a hibernated sandbox, every process where it was, its agent channel connected; the
+  // info's engine_state replaces the record's. On failure nothing of it runs and its image
+  // stays (the caller records it failed; Destroy removes everything).
+  [[nodiscard]] virtual Result<std::unique_ptr<Sandbox>> Wake(const std::string& id) = 0;
 };
 
 // A sandbox as an engine's Create returns it: its info and the agent channel connected during

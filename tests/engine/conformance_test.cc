@@ -532,6 +532,148 @@ TEST_P(EngineConformance, AnEngineWithoutPauseSaysSo) {
   EXPECT_EQ(Run(box, "echo running").stdout_data, "running\n") << "it must go on running";
 }
 
+// A background shell holding a random value in a variable: every 20 ms it writes "value count"
+// to /tmp/state (on the sandbox's /tmp, which is memory too). Returns its pid.
+int32_t StartRememberer(p::BlockingClient& client) {
+  p::Exec e;
+  e.shell =
+      "x=$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \\n'); i=0; "
+      "while :; do i=$((i+1)); echo \"$x $i\" > /tmp/state.new; mv /tmp/state.new /tmp/state; "
+      "sleep 0.02; done";
+  e.background = true;
+  auto stream = client.StartExec(e);
+  EXPECT_TRUE(stream) << (stream ? "" : stream.error().message());
+  if (!stream) return 0;
+  auto started = client.NextFor(*stream);
+  EXPECT_TRUE(started && std::holds_alternative<p::Started>(*started));
+  if (!started || !std::holds_alternative<p::Started>(*started)) return 0;
+  return std::get<p::Started>(*started).pid;
+}
+
+// The rememberer's value and count, once /tmp/state holds them (waits up to 10 s for it).
+std::pair<std::string, long> Remembered(p::BlockingClient& client) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (auto text = client.ReadFile("/tmp/state"); text && text->size() > 18) {
+      std::istringstream in(*text);
+      std::string value;
+      long count = 0;
+      if (in >> value >> count && value.size() == 16) return {value, count};
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ADD_FAILURE() << "the background process wrote no state";
+  return {"", 0};
+}
+
+TEST_P(EngineConformance, AHibernatedSandboxWakesWithItsProcessesAndMemory) {
+  NEEDS(memory_checkpoint);
+  Box box = Make();
+  const int32_t pid = StartRememberer(*box.client);
+  ASSERT_GT(pid, 0);
+  const auto [value, count] = Remembered(*box.client);
+  ASSERT_FALSE(value.empty());
+  ASSERT_TRUE(box.client->WriteFile("/home/user/kept.txt", "on its disk"));
+  box.client.reset();
+  auto saved = engine_->Hibernate(box.id);
+  ASSERT_TRUE(saved) << saved.error().message();
+  EXPECT_GT(saved->image_bytes, 0u);
+  EXPECT_FALSE(saved->engine_state.empty());
+  // Nothing of it runs, and its agent cannot be reached.
+  EXPECT_TRUE(HostTraces(box.id).processes.empty()) << HostTraces(box.id).Describe();
+  EXPECT_FALSE(engine_->ConnectAgent(box.id)) << "a hibernated sandbox's agent answered";
+  EXPECT_TRUE(engine_->Alive(box.id)) << "a hibernated sandbox is not gone";
+  auto refused = engine_->Hibernate(box.id);
+  EXPECT_FALSE(refused) << "hibernated twice";
+
+  auto woke = engine_->Wake(box.id);
+  ASSERT_TRUE(woke) << woke.error().message();
+  auto client = p::BlockingClient::Connect((*woke)->TakeAgentChannel());
+  ASSERT_TRUE(client) << client.error().message();
+  // The same process, with the value it held in memory, counting on from where it was.
+  const auto [after, later] = Remembered(*client);
+  EXPECT_EQ(after, value) << "the value in the process's memory changed";
+  EXPECT_GT(later, count);
+  ASSERT_TRUE(client->Remove("/tmp/state"));
+  const auto [again, latest] = Remembered(*client);
+  EXPECT_EQ(again, value) << "the process does not run on after the wake";
+  bool listed = false;
+  for (const p::ProcessInfo& info :
+       client->ListProcesses().value_or(std::vector<p::ProcessInfo>{})) {
+    listed = listed || (info.pid == pid && info.running);
+  }
+  EXPECT_TRUE(listed) << "the agent's table lost the background process";
+  EXPECT_EQ(client->ReadFile("/home/user/kept.txt").value_or(""), "on its disk");
+  EXPECT_FALSE(engine_->Wake(box.id)) << "woke a sandbox that runs";
+
+  // A second round, and a destroy of a hibernated sandbox that leaves nothing.
+  auto second = engine_->Hibernate(box.id);
+  ASSERT_TRUE(second) << second.error().message();
+  Destroy(box.id);
+  EXPECT_TRUE(HostTraces(box.id).empty()) << HostTraces(box.id).Describe();
+}
+
+TEST_P(EngineConformance, AHibernateIsRefusedWhileACommandRunsAndTheSandboxRunsOn) {
+  NEEDS(memory_checkpoint);
+  Box box = Make();
+  auto other = engine_->ConnectAgent(box.id);
+  ASSERT_TRUE(other);
+  auto busy = p::BlockingClient::Connect(std::move(*other));
+  ASSERT_TRUE(busy);
+  p::Exec sleep;
+  sleep.shell = "sleep 100";
+  auto stream = busy->StartExec(sleep);
+  ASSERT_TRUE(stream);
+  auto started = busy->NextFor(*stream);
+  ASSERT_TRUE(started && std::holds_alternative<p::Started>(*started));
+  auto refused = engine_->Hibernate(box.id);
+  ASSERT_FALSE(refused) << "hibernated with a command in the foreground";
+  EXPECT_EQ(refused.error().code(), ErrorCode::kFailedPrecondition) << refused.error().message();
+  EXPECT_EQ(Run(box, "echo running").stdout_data, "running\n") << "it must go on running";
+  ASSERT_TRUE(busy->Send(*stream, p::Signal{SIGKILL}));
+  auto exited = busy->NextFor(*stream);
+  EXPECT_TRUE(exited && std::holds_alternative<p::Exited>(*exited));
+}
+
+TEST_P(EngineConformance, ARestartedEngineAdoptsAndWakesAHibernatedSandbox) {
+  NEEDS(memory_checkpoint);
+  Box box = Make();
+  ASSERT_GT(StartRememberer(*box.client), 0);
+  const auto [value, count] = Remembered(*box.client);
+  box.client.reset();
+  auto saved = engine_->Hibernate(box.id);
+  ASSERT_TRUE(saved) << saved.error().message();
+  auto made = GetParam().make(dir_, layers_.get());
+  ASSERT_TRUE(made) << made.error().message();
+  std::unique_ptr<Engine> restarted = std::move(*made);
+  EXPECT_FALSE(restarted->Adopt(box.id, saved->engine_state, runtime::SandboxState::kRunning))
+      << "adopted a hibernated sandbox as a running one";
+  auto adopted = restarted->Adopt(box.id, saved->engine_state, runtime::SandboxState::kHibernated);
+  ASSERT_TRUE(adopted) << adopted.error().message();
+  EXPECT_EQ(adopted->state, runtime::SandboxState::kHibernated);
+  auto woke = restarted->Wake(box.id);
+  ASSERT_TRUE(woke) << woke.error().message();
+  auto client = p::BlockingClient::Connect((*woke)->TakeAgentChannel());
+  ASSERT_TRUE(client) << client.error().message();
+  const auto [after, later] = Remembered(*client);
+  EXPECT_EQ(after, value);
+  EXPECT_GT(later, count);
+  ASSERT_TRUE(restarted->Destroy(box.id));
+  std::erase(made_, box.id);
+  EXPECT_TRUE(HostTraces(box.id).empty()) << HostTraces(box.id).Describe();
+}
+
+TEST_P(EngineConformance, AnEngineWithoutMemoryCheckpointsSaysSo) {
+  if (can().memory_checkpoint) GTEST_SKIP() << "it has memory_checkpoint (the tests above check it)";
+  Box box = Make();
+  auto refused = engine_->Hibernate(box.id);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), ErrorCode::kFailedPrecondition);
+  EXPECT_NE(refused.error().message().find("memory_checkpoint"), std::string::npos);
+  EXPECT_FALSE(engine_->Wake(box.id));
+  EXPECT_EQ(Run(box, "echo running").stdout_data, "running\n") << "it must go on running";
+}
+
 TEST_P(EngineConformance, ASnapshotLayerCarriesWhatASandboxWrote) {
   NEEDS(layer_snapshot);
   Box box = Make();
@@ -694,7 +836,7 @@ TEST_P(EngineConformance, ARestartedEngineAdoptsItsLiveSandboxes) {
   auto made = GetParam().make(dir_, layers_.get());
   ASSERT_TRUE(made) << made.error().message();
   std::unique_ptr<Engine> restarted = std::move(*made);
-  auto adopted = restarted->Adopt(box.id, box.engine_state, /*paused=*/false);
+  auto adopted = restarted->Adopt(box.id, box.engine_state, runtime::SandboxState::kRunning);
   ASSERT_TRUE(adopted) << adopted.error().message();
   EXPECT_EQ(adopted->id, box.id);
   EXPECT_FALSE(adopted->engine_state.empty());
@@ -704,12 +846,12 @@ TEST_P(EngineConformance, ARestartedEngineAdoptsItsLiveSandboxes) {
   ASSERT_TRUE(client) << client.error().message();
   EXPECT_EQ(client->ReadFile("/tmp/before").value_or(""), "before the restart");
   // Adopting it twice is refused; a destroyed one cannot be adopted.
-  EXPECT_FALSE(restarted->Adopt(box.id, box.engine_state, false));
+  EXPECT_FALSE(restarted->Adopt(box.id, box.engine_state, runtime::SandboxState::kRunning));
   ASSERT_TRUE(restarted->Destroy(box.id));
   std::erase(made_, box.id);
   auto made_again = GetParam().make(dir_, layers_.get());
   ASSERT_TRUE(made_again);
-  auto gone = (*made_again)->Adopt(box.id, box.engine_state, false);
+  auto gone = (*made_again)->Adopt(box.id, box.engine_state, runtime::SandboxState::kRunning);
   ASSERT_FALSE(gone) << "adopted a destroyed sandbox";
 }
 
@@ -718,7 +860,7 @@ TEST_P(EngineConformance, ACorruptEngineStateIsRefusedNotTrusted) {
   auto made = GetParam().make(dir_, layers_.get());
   ASSERT_TRUE(made);
   for (const char* bad : {"", "not json", "{}", "{\"init_pid\":1,\"pid\":1}", "[1,2]"}) {
-    EXPECT_FALSE((*made)->Adopt(box.id, bad, false)) << "adopted with state " << bad;
+    EXPECT_FALSE((*made)->Adopt(box.id, bad, runtime::SandboxState::kRunning)) << "adopted with state " << bad;
   }
   EXPECT_EQ(Run(box, "echo untouched").stdout_data, "untouched\n");
 }

@@ -79,6 +79,7 @@ std::vector<Seed> Seeds() {
       {1, Done{7}},
       {1, Attach{.pid = 77, .output = AttachOutput::kReplay, .follow = true}},
       {1, ProcList{}},
+      {1, Quiesce{"/.airlock/run/wake"}},
       {1, Detach{}},
       {1, Attached{.pid = 77, .background = true, .stdin_open = true, .running = true}},
       {1, Dropped{4096}},

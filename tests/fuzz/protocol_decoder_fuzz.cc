@@ -73,6 +73,7 @@ Direction DirectionOf(uint32_t stream, MsgType type) {
     case MsgType::kDataEnd:
     case MsgType::kAttach:
     case MsgType::kProcList:
+    case MsgType::kQuiesce:
     case MsgType::kDetach:
       return Direction::kFromDaemon;
     case MsgType::kStarted:

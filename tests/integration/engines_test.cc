@@ -4,7 +4,9 @@
 
 #include <sys/utsname.h>
 
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "support/airlockd.h"
@@ -41,6 +43,7 @@ TEST_F(EnginesTest, TheEnginesAreListedWithWhatTheyCanDo) {
     EXPECT_TRUE(can.value(yes, false)) << yes << " in " << r.body;
   }
   EXPECT_FALSE(can.value("memory_checkpoint", true));
+  EXPECT_FALSE(can.value("memory_checkpoint_network", true));
   EXPECT_EQ(can.value("max_layers", 0), 64);
   // gVisor is listed whether or not runsc runs here; when it does, with what it can do.
   const json gvisor = EngineNamed(doc, "gvisor");
@@ -48,10 +51,12 @@ TEST_F(EnginesTest, TheEnginesAreListedWithWhatTheyCanDo) {
   EXPECT_FALSE(gvisor["default"].get<bool>());
   if (gvisor["available"].get<bool>()) {
     const json& its = gvisor["capabilities"];
-    for (const char* yes : {"pause", "layer_snapshot", "host_usr_root", "networking"}) {
+    for (const char* yes :
+         {"pause", "layer_snapshot", "host_usr_root", "networking", "memory_checkpoint"}) {
       EXPECT_TRUE(its.value(yes, false)) << yes << " in " << r.body;
     }
-    for (const char* no : {"limits", "live_limits", "memory_checkpoint", "memory_fork"}) {
+    for (const char* no :
+         {"limits", "live_limits", "memory_checkpoint_network", "memory_fork"}) {
       EXPECT_FALSE(its.value(no, true)) << no << " in " << r.body;
     }
     EXPECT_EQ(its.value("max_layers", 0), 1);
@@ -185,6 +190,161 @@ TEST_F(EnginesTest, AGvisorSandboxPastItsMemoryLimitIsRecordedFailedForThatReaso
   EXPECT_NE(got.Json().value("error", "").find("OOM killer"), std::string::npos) << got.body;
   EXPECT_EQ(daemon_->Call(http::verb::delete_, "/v1/sandboxes/" + id).status, 204);
   EXPECT_TRUE(CgroupsNamed(id).empty());
+}
+
+// The rememberer of the engine conformance suite, through the API: a background shell holding a
+// random value in a variable, writing "value count" to /tmp/state every 20 ms.
+constexpr const char* kRememberer =
+    "x=$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \\n'); i=0; "
+    "while :; do i=$((i+1)); echo \"$x $i\" > /tmp/state.new; mv /tmp/state.new /tmp/state; "
+    "sleep 0.02; done";
+
+class HibernateTest : public EnginesTest {
+ protected:
+  void SetUp() override {
+    EnginesTest::SetUp();
+    if (HasFatalFailure() || IsSkipped()) return;
+    const json gvisor = EngineNamed(daemon_->Call(http::verb::get, "/v1/engines").Json(), "gvisor");
+    if (!gvisor.value("available", false)) {
+      GTEST_SKIP() << "gVisor: " << gvisor.value("reason", "");
+    }
+  }
+  // The rememberer's "value count", once it has written it (up to 10 s).
+  std::pair<std::string, long> Remembered(const std::string& id) {
+    for (int i = 0; i < 500; ++i) {
+      std::istringstream in(Run(id, "cat /tmp/state 2>/dev/null || true"));
+      std::string value;
+      long count = 0;
+      if (in >> value >> count && value.size() == 16) return {value, count};
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ADD_FAILURE() << "no state from the background process";
+    return {"", 0};
+  }
+  Reply Pause(const std::string& id, const std::string& body) {
+    return daemon_->Call(http::verb::post, "/v1/sandboxes/" + id + "/pause", body);
+  }
+  bool DirGone(const std::string& id) {
+    return !std::filesystem::exists(daemon_->state_dir() + "/gvisor/sandboxes/" + id);
+  }
+};
+
+TEST_F(HibernateTest, ASandboxHibernatesSurvivesARestartAndResumesWithItsMemory) {
+  const std::string id = CreateSandbox(R"({"engine": "gvisor"})");
+  ASSERT_FALSE(id.empty());
+  Reply bg = daemon_->Call(http::verb::post, "/v1/sandboxes/" + id + "/exec",
+                           json{{"cmd", kRememberer}, {"background", true}}.dump());
+  ASSERT_EQ(bg.status, 200) << bg.body;
+  const auto [value, count] = Remembered(id);
+  ASSERT_FALSE(value.empty());
+  ASSERT_EQ(Run(id, "echo kept > /home/user/kept.txt; echo ok"), "ok\n");
+
+  Reply saved = Pause(id, R"({"memory": true})");
+  ASSERT_EQ(saved.status, 200) << saved.body;
+  EXPECT_EQ(saved.Json()["state"], "hibernated") << saved.body;
+  EXPECT_GT(saved.Json().value("memory_image_bytes", 0), 0) << saved.body;
+  EXPECT_TRUE(CgroupsNamed(id).empty()) << "a hibernated sandbox still has its cgroups";
+  // What needs a running sandbox says why it cannot be done.
+  Reply exec = daemon_->Call(http::verb::post, "/v1/sandboxes/" + id + "/exec",
+                             json{{"cmd", "true"}}.dump());
+  EXPECT_EQ(exec.status, 409) << exec.body;
+  EXPECT_NE(exec.body.find("hibernated"), std::string::npos) << exec.body;
+  EXPECT_EQ(Pause(id, R"({"memory": true})").status, 409) << "hibernated twice";
+  EXPECT_EQ(Pause(id, "{}").status, 409) << "paused a hibernated sandbox";
+  Reply listed = daemon_->Call(http::verb::get, "/v1/sandboxes?state=hibernated");
+  ASSERT_EQ(listed.status, 200) << listed.body;
+  ASSERT_EQ(listed.Json()["sandboxes"].size(), 1u) << listed.body;
+
+  // A SIGKILLed daemon finds it hibernated again.
+  daemon_->Stop(SIGKILL);
+  ASSERT_TRUE(daemon_->Start());
+  Reply got = daemon_->Call(http::verb::get, "/v1/sandboxes/" + id);
+  EXPECT_EQ(got.Json()["state"], "hibernated") << got.body;
+
+  Reply resumed = daemon_->Call(http::verb::post, "/v1/sandboxes/" + id + "/resume");
+  ASSERT_EQ(resumed.status, 200) << resumed.body << daemon_->Log();
+  EXPECT_EQ(resumed.Json()["state"], "running");
+  EXPECT_FALSE(resumed.Json().contains("memory_image_bytes")) << resumed.body;
+  const auto [after, later] = Remembered(id);
+  EXPECT_EQ(after, value) << "the value the process held in memory changed";
+  EXPECT_GT(later, count);
+  EXPECT_EQ(Run(id, "cat /home/user/kept.txt"), "kept\n");
+
+  // Hibernated once more, then deleted: nothing of it is left.
+  ASSERT_EQ(Pause(id, R"({"memory": true})").status, 200);
+  EXPECT_EQ(daemon_->Call(http::verb::delete_, "/v1/sandboxes/" + id).status, 204);
+  EXPECT_TRUE(CgroupsNamed(id).empty());
+  EXPECT_TRUE(DirGone(id));
+}
+
+TEST_F(HibernateTest, ATtlRunsOnWhileHibernated) {
+  const std::string id = CreateSandbox(R"({"engine": "gvisor", "ttl_seconds": 3})");
+  ASSERT_FALSE(id.empty());
+  ASSERT_EQ(Pause(id, R"({"memory": true})").status, 200);
+  int status = 200;
+  for (int i = 0; i < 300 && status == 200; ++i) {
+    status = daemon_->Call(http::verb::get, "/v1/sandboxes/" + id).status;
+    if (status == 200) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(status, 404) << "a hibernated sandbox outlived its TTL";
+  for (int i = 0; i < 100 && !DirGone(id); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(DirGone(id)) << "its memory image and files stayed after the TTL";
+}
+
+TEST_F(HibernateTest, AnIdleSandboxHibernatesByItselfAndUseKeepsItAwake) {
+  const std::string id = CreateSandbox(R"({"engine": "gvisor", "auto_hibernate_seconds": 2})");
+  ASSERT_FALSE(id.empty());
+  ASSERT_EQ(Run(id, "echo 42 > /tmp/answer; echo ok"), "ok\n");
+  // Calls every half second keep it running past its two idle seconds.
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(Run(id, "cat /tmp/answer"), "42\n") << "round " << i;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  // Left alone, it hibernates within a sweep or two of its idle time.
+  std::string state = "running";
+  for (int i = 0; i < 200 && state == "running"; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    state = daemon_->Call(http::verb::get, "/v1/sandboxes/" + id).Json().value("state", "");
+  }
+  ASSERT_EQ(state, "hibernated") << daemon_->Log();
+  Reply resumed = daemon_->Call(http::verb::post, "/v1/sandboxes/" + id + "/resume");
+  ASSERT_EQ(resumed.status, 200) << resumed.body;
+  EXPECT_EQ(Run(id, "cat /tmp/answer"), "42\n") << "its /tmp (memory) did not come back";
+  // An engine that cannot hibernate is refused at the create.
+  Reply jail = daemon_->Call(http::verb::post, "/v1/sandboxes",
+                             R"({"engine": "jail", "auto_hibernate_seconds": 60})");
+  EXPECT_EQ(jail.status, 409) << jail.body;
+  EXPECT_NE(jail.body.find("memory_checkpoint"), std::string::npos) << jail.body;
+  for (const char* bad : {R"({"auto_hibernate_seconds": 0})", R"({"auto_hibernate_seconds": -1})",
+                          R"({"auto_hibernate_seconds": "60"})"}) {
+    EXPECT_EQ(daemon_->Call(http::verb::post, "/v1/sandboxes", bad).status, 400) << bad;
+  }
+}
+
+TEST_F(HibernateTest, WhatCannotHibernateSaysWhyAndRunsOn) {
+  // The jail has no memory checkpoints.
+  const std::string jail = CreateSandbox(R"({"engine": "jail"})");
+  ASSERT_FALSE(jail.empty());
+  Reply refused = Pause(jail, R"({"memory": true})");
+  EXPECT_EQ(refused.status, 409) << refused.body;
+  EXPECT_NE(refused.body.find("memory_checkpoint"), std::string::npos) << refused.body;
+  EXPECT_EQ(Run(jail, "echo up"), "up\n");
+  // A command in the foreground would be cut off: refused, and it runs on.
+  const std::string id = CreateSandbox(R"({"engine": "gvisor"})");
+  ASSERT_FALSE(id.empty());
+  std::thread sleeper([&] { Run(id, "sleep 2; echo slept"); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  Reply busy = Pause(id, R"({"memory": true})");
+  sleeper.join();
+  EXPECT_EQ(busy.status, 409) << busy.body;
+  EXPECT_NE(busy.body.find("in progress"), std::string::npos) << busy.body;
+  EXPECT_EQ(Run(id, "echo up"), "up\n");
+  // Bad bodies.
+  EXPECT_EQ(Pause(id, R"({"memory": "yes"})").status, 400);
+  EXPECT_EQ(Pause(id, R"({"memroy": true})").status, 400);
+  EXPECT_EQ(daemon_->Call(http::verb::get, "/v1/sandboxes/" + id).Json()["state"], "running");
 }
 
 class EngineTurnedOffTest : public DaemonTest {

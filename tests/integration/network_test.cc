@@ -475,6 +475,34 @@ TEST_P(NetworkTest, RootInTheSandboxCannotChangeItsInterfaceRoutesOrShaping) {
             "site " + other_site_ + " host " + other_site_ + "\n");
 }
 
+// No engine here can save a sandbox with a network to disk (the jail has no memory checkpoints;
+// gVisor's host networking cannot be saved): the hibernate is refused with why, and the sandbox
+// and its network go on.
+TEST_P(NetworkTest, AHibernateOfANetworkedSandboxIsRefusedAndItsNetworkGoesOn) {
+  const std::string id = Create({{"mode", "allowlist"}, {"allow", {"allowed.test"}}});
+  ASSERT_FALSE(id.empty());
+  Reply refused = daemon_->Call(http::verb::post, "/v1/sandboxes/" + id + "/pause",
+                                R"({"memory": true})");
+  EXPECT_EQ(refused.status, 409) << refused.body;
+  EXPECT_NE(refused.body.find(GetParam() == "gvisor" ? "network" : "memory_checkpoint"),
+            std::string::npos)
+      << refused.body;
+  EXPECT_EQ(daemon_->Call(http::verb::get, "/v1/sandboxes/" + id).Json()["state"], "running");
+  EXPECT_EQ(Run(id, "curl -s -m 10 http://allowed.test/"), "site " + site_ + " host allowed.test\n");
+  // Nor is a sandbox made to hibernate when idle: refused at the create, naming what is missing.
+  Reply create = daemon_->Call(
+      http::verb::post, "/v1/sandboxes",
+      json{{"engine", GetParam()},
+           {"auto_hibernate_seconds", 60},
+           {"network", {{"mode", "allowlist"}, {"allow", {"allowed.test"}}}}}
+          .dump());
+  EXPECT_EQ(create.status, 409) << create.body;
+  EXPECT_NE(create.body.find(GetParam() == "gvisor" ? "memory_checkpoint_network"
+                                                    : "memory_checkpoint"),
+            std::string::npos)
+      << create.body;
+}
+
 TEST_P(NetworkTest, DestroyAndRestartLeaveNoNamespaceVethOrRule) {
   const std::string id = Create({{"mode", "allowlist"}, {"allow", {"allowed.test"}}});
   ASSERT_FALSE(id.empty());

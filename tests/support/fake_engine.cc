@@ -184,8 +184,15 @@ Result<UniqueFd> FakeEngine::ConnectAgent(const std::string& id) {
 }
 
 Result<runtime::SandboxInfo> FakeEngine::Adopt(const std::string& id,
-                                               const std::string& engine_state, bool paused) {
-  if (paused) return std::unexpected(runtime::Lacks(name_, "pause", "hold a paused sandbox"));
+                                               const std::string& engine_state,
+                                               runtime::SandboxState state) {
+  if (state == runtime::SandboxState::kPaused) {
+    return std::unexpected(runtime::Lacks(name_, "pause", "hold a paused sandbox"));
+  }
+  if (state == runtime::SandboxState::kHibernated) {
+    return std::unexpected(
+        runtime::Lacks(name_, "memory_checkpoint", "hold a hibernated sandbox"));
+  }
   const pid_t pid = PidOf(engine_state);
   if (pid <= 0 || !IsAgentOf(pid, SandboxDir(id))) {
     return Fail(ErrorCode::kNotFound, "its agent (pid " + std::to_string(pid) + ") is gone");
@@ -237,6 +244,14 @@ Status FakeEngine::Pause(const std::string&) {
 
 Status FakeEngine::Resume(const std::string&) {
   return std::unexpected(runtime::Lacks(name_, "pause", "resume a sandbox"));
+}
+
+Result<runtime::Hibernation> FakeEngine::Hibernate(const std::string&) {
+  return std::unexpected(runtime::Lacks(name_, "memory_checkpoint", "hibernate a sandbox"));
+}
+
+Result<std::unique_ptr<runtime::Sandbox>> FakeEngine::Wake(const std::string&) {
+  return std::unexpected(runtime::Lacks(name_, "memory_checkpoint", "wake a sandbox"));
 }
 
 }  // namespace airlock::testing

@@ -37,13 +37,15 @@ class FakeEngine : public runtime::Engine {
   Status Destroy(const std::string& id) override;
   Result<UniqueFd> ConnectAgent(const std::string& id) override;
   Result<runtime::SandboxInfo> Adopt(const std::string& id, const std::string& engine_state,
-                                     bool paused) override;
+                                     runtime::SandboxState state) override;
   Result<std::vector<std::string>> ListSandboxes() override;
   Status UpdateLimits(const std::string& id, const runtime::Limits& limits) override;
   Result<runtime::LayerSnapshot> SnapshotLayer(const std::string& id) override;
   Status Alive(const std::string& id) override;
   Status Pause(const std::string& id) override;
   Status Resume(const std::string& id) override;
+  Result<runtime::Hibernation> Hibernate(const std::string& id) override;
+  Result<std::unique_ptr<runtime::Sandbox>> Wake(const std::string& id) override;
 
   std::string SandboxDir(const std::string& id) const;
   // The agent's pid of a live sandbox held here (0 if none).

@@ -44,6 +44,7 @@ json SandboxJson(const SandboxView& s) {
   doc["network"] = std::move(network);
   if (!s.error.empty()) doc["error"] = s.error;
   doc["tenant"] = s.tenant;
+  if (s.memory_image_bytes > 0) doc["memory_image_bytes"] = s.memory_image_bytes;
   return doc;
 }
 
@@ -134,6 +135,7 @@ std::string RenderEngineList(std::span<const EngineView> engines, std::string_vi
                              {"live_limits", c.live_limits},
                              {"layer_snapshot", c.layer_snapshot},
                              {"memory_checkpoint", c.memory_checkpoint},
+                             {"memory_checkpoint_network", c.memory_checkpoint_network},
                              {"memory_fork", c.memory_fork},
                              {"host_usr_root", c.host_usr_root},
                              {"networking", c.networking},

@@ -33,6 +33,7 @@ struct SandboxView {
   std::string address;     // its IPv4 address, when it has a network
   std::string address6;    // its IPv6 address, when its network has IPv6
   std::string tenant;      // the tenant that owns it
+  uint64_t memory_image_bytes = 0;  // a hibernated sandbox's memory image on disk (shown if > 0)
 };
 
 // {"id", "state", "template", "engine", "created_at", "expires_at", "limits": {...},

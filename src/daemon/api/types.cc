@@ -245,7 +245,7 @@ Result<CreateSandboxRequest> CreateSandboxRequest::FromJson(std::string_view bod
   AIRLOCK_TRY(RejectUnknownFields(
       doc, "request body",
       {"template", "ttl_seconds", "cpus", "memory_mb", "pids_max", "disk_mb", "env", "metadata",
-       "network", "engine"}));
+       "network", "engine", "auto_hibernate_seconds"}));
   CreateSandboxRequest req;
   if (doc.contains("engine")) AIRLOCK_TRY_ASSIGN(req.engine, GetEngineName(doc["engine"]));
   if (doc.contains("network")) {
@@ -259,6 +259,11 @@ Result<CreateSandboxRequest> CreateSandboxRequest::FromJson(std::string_view bod
   if (doc.contains("ttl_seconds")) {
     AIRLOCK_TRY_ASSIGN(req.ttl_seconds,
                        GetInt(doc["ttl_seconds"], "ttl_seconds", 1, kMaxTtlSeconds));
+  }
+  if (doc.contains("auto_hibernate_seconds")) {
+    AIRLOCK_TRY_ASSIGN(req.auto_hibernate_seconds,
+                       GetInt(doc["auto_hibernate_seconds"], "auto_hibernate_seconds", 1,
+                              kMaxTtlSeconds));
   }
   AIRLOCK_TRY(GetLimits(doc, req.limits, req.limits_given));
   if (doc.contains("env")) AIRLOCK_TRY_ASSIGN(req.env, GetEnv(doc["env"], "env"));
@@ -995,6 +1000,16 @@ Result<SnapshotRequest> SnapshotRequest::FromJson(std::string_view body) {
   AIRLOCK_TRY_ASSIGN(req.name, GetString(doc["name"], "name", kMaxTemplateNameBytes, false));
   AIRLOCK_TRY(ValidateTemplateName(req.name));
   if (req.name == kDefaultTemplate) return Invalid("name \"base\" is the built-in template's");
+  return req;
+}
+
+Result<PauseRequest> PauseRequest::FromJson(std::string_view body) {
+  PauseRequest req;
+  if (body.empty()) return req;
+  json doc;
+  AIRLOCK_TRY_ASSIGN(doc, ParseJsonObject(body));
+  AIRLOCK_TRY(RejectUnknownFields(doc, "request body", {"memory"}));
+  if (doc.contains("memory")) AIRLOCK_TRY_ASSIGN(req.memory, GetBool(doc["memory"], "memory"));
   return req;
 }
 

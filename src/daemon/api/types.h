@@ -76,7 +76,7 @@ using Metadata = std::map<std::string, std::string>;
 // The state names the API shows and filters on. They mirror store::SandboxStateName
 // (src/daemon/store/sandbox_state.h); the daemon's tests should check the two agree.
 inline constexpr std::string_view kSandboxStateNames[] = {
-    "creating", "running", "paused", "destroying", "destroyed", "failed",
+    "creating", "running", "paused", "hibernated", "destroying", "destroyed", "failed",
 };
 
 // POST /v1/sandboxes. Every field is optional.
@@ -97,6 +97,9 @@ struct LimitFields {
 struct CreateSandboxRequest {
   std::string template_name{kDefaultTemplate};  // JSON "template"
   int64_t ttl_seconds = kDefaultTtlSeconds;
+  // Hibernate (pause with memory) after this many seconds without a call that uses its agent
+  // (exec, files, processes); 0: never. Needs Capabilities::memory_checkpoint.
+  int64_t auto_hibernate_seconds = 0;
   runtime::Limits limits;  // cpus, memory_mb, pids_max, disk_mb from the body; the rest default
   LimitFields limits_given;
   EnvMap env;
@@ -205,6 +208,13 @@ struct TemplateSettings {
   // The stored JSON; steps are described (copy contents are not kept).
   [[nodiscard]] std::string ToJson(const std::vector<TemplateStep>& steps) const;
   [[nodiscard]] static Result<TemplateSettings> FromJson(std::string_view text);
+};
+
+// POST /v1/sandboxes/{id}/pause: {"memory"?: bool}. Without memory (or false) the sandbox is
+// frozen in place (paused); with it, saved to disk with its memory and stopped (hibernated).
+struct PauseRequest {
+  bool memory = false;
+  [[nodiscard]] static Result<PauseRequest> FromJson(std::string_view body);
 };
 
 // POST /v1/sandboxes/{id}/snapshot: {"name"}.

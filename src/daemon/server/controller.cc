@@ -104,11 +104,34 @@ Status Controller::CheckNetwork(const net::NetworkPolicy& policy) const {
   return networks_->CheckLimits(policy);
 }
 
+Status Controller::CheckAutoHibernate(const api::CreateSandboxRequest& request,
+                                      const std::string& template_engine) {
+  if (request.auto_hibernate_seconds == 0) return {};
+  const std::string& name = !request.engine.empty()   ? request.engine
+                            : !template_engine.empty() ? template_engine
+                                                       : engines_.default_name();
+  auto engine = engines_.Get(name);
+  if (!engine) return std::unexpected(engine.error());
+  const runtime::Capabilities& can = (*engine)->capabilities();
+  const char* what = "hibernate a sandbox when it is idle (auto_hibernate_seconds)";
+  if (!can.memory_checkpoint) {
+    return std::unexpected(runtime::Lacks(name, "memory_checkpoint", what));
+  }
+  if (request.network.mode() != net::NetworkMode::kNone && !can.memory_checkpoint_network) {
+    return std::unexpected(runtime::Lacks(name, "memory_checkpoint_network",
+                                          std::string(what) + " with a network"));
+  }
+  return {};
+}
+
 Result<SandboxRecord> Controller::Create(const api::CreateSandboxRequest& request) {
   // Refused before a pooled sandbox is claimed for it (the cold path would refuse it too).
   if (auto st = CheckNetwork(request.network); !st) return std::unexpected(st.error());
   auto resolved = templates_.Resolve(request);
   if (!resolved) return std::unexpected(resolved.error());
+  if (auto st = CheckAutoHibernate(request, resolved->origin.engine); !st) {
+    return std::unexpected(st.error());
+  }
   auto made = [&] {
     if (auto claimed = pools_.Claim(resolved->request, resolved->origin.engine)) {
       return std::move(*claimed);
@@ -119,6 +142,15 @@ Result<SandboxRecord> Controller::Create(const api::CreateSandboxRequest& reques
   if (auto started = templates_.StartCommands(made->id, *resolved); !started) {
     if (auto st = Destroy(made->id); !st) spdlog::error("{}", st.error().message());
     return std::unexpected(started.error());
+  }
+  if (request.auto_hibernate_seconds > 0) {
+    made = store_.SetResource(made->id, kAutoHibernate,
+                              std::to_string(request.auto_hibernate_seconds));
+    if (!made) return made;
+    if (auto held = sandboxes_.Find(made->id)) {
+      held->auto_hibernate_ms = request.auto_hibernate_seconds * 1000;
+      held->Touch();
+    }
   }
   return made;
 }
@@ -328,7 +360,7 @@ Status Controller::DestroySandbox(const std::string& id, bool allow_pooled) {
     return std::unexpected(record.error());
   }
   const SandboxState from[] = {SandboxState::kRunning, SandboxState::kPaused,
-                               SandboxState::kFailed};
+                               SandboxState::kHibernated, SandboxState::kFailed};
   if (auto moved = store_.Transition(id, from, SandboxState::kDestroying); !moved) {
     return std::unexpected(moved.error());
   }
@@ -354,21 +386,103 @@ Result<SandboxRecord> Controller::Pause(const std::string& id) {
   return store_.Transition(id, kRunningOnly, SandboxState::kPaused);
 }
 
+Result<SandboxRecord> Controller::Hibernate(const std::string& id) {
+  std::shared_ptr<HeldSandbox> live = sandboxes_.Find(id);
+  std::unique_lock<std::mutex> lock;
+  if (live) lock = std::unique_lock(live->lifecycle_mu);
+  auto record = Get(id);
+  if (!record) return record;
+  if (auto st = store::RequireState(id, record->state, kRunningOnly); !st) {
+    return std::unexpected(st.error());
+  }
+  if (!live) return std::unexpected(sandboxes_.NotHeld(*record));
+  runtime::Engine& engine = *live->engine;
+  if (!engine.capabilities().memory_checkpoint) {
+    return std::unexpected(runtime::Lacks(engine.name(), "memory_checkpoint",
+                                          "hibernate a sandbox (pause with memory)"));
+  }
+  live->DropIdle();  // the agent closes every channel before the save
+  auto saved = engine.Hibernate(id);
+  if (!saved) {
+    Error error = saved.error().Wrap("hibernating " + id);
+    if (auto alive = engine.Alive(id); !alive) {
+      if (auto marked = store_.MarkFailed(id, error.message(), kRunningOnly); !marked) {
+        spdlog::error("marking {} failed: {}", id, marked.error().message());
+      }
+    }
+    return std::unexpected(std::move(error));
+  }
+  spdlog::info("hibernated {} ({} bytes of memory image)", id, saved->image_bytes);
+  return store_.Transition(id, kRunningOnly, SandboxState::kHibernated, [&](SandboxRecord& r) {
+    r.engine_state = saved->engine_state;
+    r.resources[kMemoryImageBytes] = std::to_string(saved->image_bytes);
+  });
+}
+
+int Controller::HibernateIdle() {
+  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  int hibernated = 0;
+  for (const std::string& id : sandboxes_.Ids()) {
+    std::shared_ptr<HeldSandbox> held = sandboxes_.Find(id);
+    if (!held) continue;
+    const int64_t after = held->auto_hibernate_ms;
+    if (after <= 0 || held->in_use > 0 || now - held->last_used_ms < after) continue;
+    auto record = store_.Get(id);
+    if (!record || record->state != SandboxState::kRunning || record->pooled) continue;
+    if (auto done = Hibernate(id); !done) {
+      // Busy now (a call in progress), or it cannot be saved: the next sweep tries again a
+      // period later, not at once.
+      held->Touch();
+      spdlog::warn("auto-hibernate: {}", done.error().message());
+      continue;
+    }
+    spdlog::info("auto-hibernate: {} was idle for {} s", id, after / 1000);
+    ++hibernated;
+  }
+  return hibernated;
+}
+
 Result<SandboxRecord> Controller::Resume(const std::string& id) {
   std::shared_ptr<HeldSandbox> live = sandboxes_.Find(id);
   std::unique_lock<std::mutex> lock;
   if (live) lock = std::unique_lock(live->lifecycle_mu);
   auto record = Get(id);
   if (!record) return record;
-  const SandboxState from[] = {SandboxState::kPaused};
+  const SandboxState from[] = {SandboxState::kPaused, SandboxState::kHibernated};
   if (auto st = store::RequireState(id, record->state, from); !st) {
     return std::unexpected(st.error());
   }
   if (!live) return std::unexpected(sandboxes_.NotHeld(*record));
-  if (auto st = live->engine->Resume(id); !st) {
-    return std::unexpected(st.error().Wrap("resuming " + id));
+  if (record->state == SandboxState::kPaused) {
+    if (auto st = live->engine->Resume(id); !st) {
+      return std::unexpected(st.error().Wrap("resuming " + id));
+    }
+    return store_.Transition(id, from, SandboxState::kRunning);
   }
-  return store_.Transition(id, from, SandboxState::kRunning);
+  // Restored from its memory image; a restore that fails leaves nothing running and the
+  // sandbox failed with the reason (a delete removes the rest).
+  const SandboxState hibernated[] = {SandboxState::kHibernated};
+  auto fail = [&](Error error) -> Result<SandboxRecord> {
+    error = std::move(error).Wrap("resuming " + id);
+    if (auto marked = store_.MarkFailed(id, error.message(), hibernated); !marked) {
+      spdlog::error("marking {} failed: {}", id, marked.error().message());
+    }
+    return std::unexpected(std::move(error));
+  };
+  auto woke = live->engine->Wake(id);
+  if (!woke) return fail(std::move(woke.error()));
+  auto client = protocol::BlockingClient::Connect((*woke)->TakeAgentChannel(),
+                                                  std::string("airlockd ") + kBuildId);
+  if (!client) return fail(client.error().Wrap("connecting to the agent"));
+  live->AddIdle(std::move(*client));
+  live->Touch();  // an auto-hibernate counts its idle time from the wake
+  spdlog::info("resumed {} from its memory image", id);
+  return store_.Transition(id, hibernated, SandboxState::kRunning, [&](SandboxRecord& r) {
+    r.engine_state = (*woke)->info().engine_state;
+    r.resources.erase(kMemoryImageBytes);
+  });
 }
 
 void Controller::DestroyAll() {

@@ -65,7 +65,9 @@ class Controller {
         pools_(store, engines, sandboxes_, PoolLifecycle()),
         templates_(store, engines, sandboxes_, exec_, files_, layers_, pools_, Maker(),
                    [this](const net::NetworkPolicy& policy) { return CheckNetwork(policy); }),
-        snapshots_(store, sandboxes_, layers_, Maker()) {}
+        snapshots_(store, sandboxes_, layers_, Maker()) {
+    expiry_.SetSweep([this] { HibernateIdle(); });
+  }
   ~Controller();
   // Call before serving.
   void SetImageSources(ImageSources sources) { templates_.SetImageSources(std::move(sources)); }
@@ -111,6 +113,15 @@ class Controller {
   // running / paused / failed -> destroying -> destroyed (failed if the engine could not).
   [[nodiscard]] Status Destroy(const std::string& id);
   [[nodiscard]] Result<store::SandboxRecord> Pause(const std::string& id);
+  // running -> hibernated: saved to disk with its memory (Capabilities::memory_checkpoint). A
+  // sandbox the engine could not save runs on (409 with why), unless the save stopped it: then
+  // it is failed with the reason.
+  [[nodiscard]] Result<store::SandboxRecord> Hibernate(const std::string& id);
+  // Hibernates every running sandbox whose auto_hibernate_seconds have passed since a call last
+  // used it (the expiry thread's sweep). Returns how many it hibernated.
+  int HibernateIdle();
+  // paused -> running (thawed), or hibernated -> running (restored; failed with the reason if
+  // the restore fails).
   [[nodiscard]] Result<store::SandboxRecord> Resume(const std::string& id);
   // The sandbox's stored network verdicts (proxy and DNS) after `query.after`, oldest first,
   // with those made up to this call included. Unlike Get, a destroyed sandbox's are served
@@ -133,6 +144,10 @@ class Controller {
   // `network`.
   Result<runtime::Engine*> ChooseEngine(const std::string& requested, const SandboxOrigin& origin,
                                         const net::NetworkPolicy& network);
+  // Whether the engine a create would get can hibernate the sandbox (auto_hibernate_seconds):
+  // 409 naming the capability it lacks.
+  Status CheckAutoHibernate(const api::CreateSandboxRequest& request,
+                            const std::string& template_engine);
   // The cold path: a new sandbox for `request`. `pooled`: made by the filler, hidden from the
   // API until claimed, and on failure left destroyed rather than failed (nobody asked for it);
   // with sandbox networking it gets a parked link (a network of mode none: its veth is in no

@@ -20,6 +20,7 @@ void Expiry::Start(std::chrono::milliseconds period) {
       // others may have expired meanwhile, so the next pass comes at once.
       while (ReapExpired() > 0 && !Stopping()) {
       }
+      if (sweep_ && !Stopping()) sweep_();
       const auto now = std::chrono::steady_clock::now();
       if (destroyed_keep_.count() > 0 && (!purged || now - *purged >= purge_every)) {
         PurgeDestroyed();

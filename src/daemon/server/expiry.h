@@ -1,7 +1,8 @@
 #pragma once
 // Expiry: the reaper thread. It destroys sandboxes whose TTL has passed (through the lifecycle's
-// destroy, so a sandbox goes the same way whoever ends it) and purges destroyed records older
-// than the retention (with their network verdicts). Owns its thread and reaper_mu_ (its stop
+// destroy, so a sandbox goes the same way whoever ends it), purges destroyed records older
+// than the retention (with their network verdicts), and runs the lifecycle's sweep (idle
+// sandboxes hibernated). Owns its thread and reaper_mu_ (its stop
 // flag); holds no lock while it destroys or purges. Thread-safe.
 
 #include <atomic>
@@ -31,6 +32,9 @@ class Expiry {
   // default) keeps it for ever. The reaper purges older ones on its first pass and then about
   // once a minute (or once per `keep`, if shorter). Call before Start.
   void SetDestroyedRetention(std::chrono::seconds keep) { destroyed_keep_ = keep; }
+  // Also run on every pass, after the reaping (the lifecycle's auto-hibernate). Call before
+  // Start.
+  void SetSweep(std::function<void()> sweep) { sweep_ = std::move(sweep); }
   // Starts the thread: a pass about every `period` (sandboxes are destroyed within about
   // `period` of their deadline). Stopped by Stop or the destructor.
   void Start(std::chrono::milliseconds period);
@@ -48,6 +52,7 @@ class Expiry {
 
   store::Store& store_;
   DestroyFn destroy_;
+  std::function<void()> sweep_;
   std::chrono::seconds destroyed_keep_{0};
   std::mutex mu_;
   std::condition_variable cv_;

@@ -122,12 +122,19 @@ void Recovery::One(const SandboxRecord& rec, RecoveryReport& report) {
       return;
     case SandboxState::kRunning:
     case SandboxState::kPaused:
+    case SandboxState::kHibernated:
       break;
     case SandboxState::kDestroyed:
       return;
   }
-  const bool paused = rec.state == SandboxState::kPaused;
-  auto adopted = engine.Adopt(id, rec.engine_state, paused);
+  const runtime::SandboxState wanted = rec.state == SandboxState::kPaused
+                                           ? runtime::SandboxState::kPaused
+                                       : rec.state == SandboxState::kHibernated
+                                           ? runtime::SandboxState::kHibernated
+                                           : runtime::SandboxState::kRunning;
+  // Frozen or saved to disk: its agent cannot answer until it is resumed.
+  const bool paused = rec.state != SandboxState::kRunning;
+  auto adopted = engine.Adopt(id, rec.engine_state, wanted);
   if (!adopted) {
     give_up("airlockd restarted and " + adopted.error().message());
     return;
@@ -157,8 +164,11 @@ void Recovery::One(const SandboxRecord& rec, RecoveryReport& report) {
     env = rec.env;
     env.insert(env.end(), network_env.begin(), network_env.end());
   }
-  sandboxes_.Hold(id, &engine, std::move(env),
-                  workdir == rec.resources.end() ? "" : workdir->second);
+  std::shared_ptr<HeldSandbox> held = sandboxes_.Hold(
+      id, &engine, std::move(env), workdir == rec.resources.end() ? "" : workdir->second);
+  if (auto after = rec.resources.find(kAutoHibernate); after != rec.resources.end()) {
+    held->auto_hibernate_ms = std::strtoll(after->second.c_str(), nullptr, 10) * 1000;
+  }
   if (!paused && !rec.pooled && engine.capabilities().live_limits) {
     // A claim commits the request's limits before it writes them to the engine; a crash in
     // between would leave the pool's defaults in force. Writing the recorded ones again closes
@@ -171,7 +181,7 @@ void Recovery::One(const SandboxRecord& rec, RecoveryReport& report) {
       spdlog::warn("start: {}: re-applying its limits: {}", id, st.error().message());
     }
   }
-  if (!paused) {  // a frozen agent cannot answer; its channel is opened after the resume
+  if (!paused) {  // a frozen or saved agent cannot answer; its channel is opened after the resume
     auto channel = sandboxes_.Acquire(id, /*allow_pooled=*/true);
     if (!channel) {
       sandboxes_.Release(id);

@@ -104,6 +104,9 @@ api::SandboxView ToView(const SandboxRecord& r) {
   if (auto address = r.resources.find(kNetAddress6); address != r.resources.end()) {
     v.address6 = address->second;
   }
+  if (auto image = r.resources.find(kMemoryImageBytes); image != r.resources.end()) {
+    v.memory_image_bytes = std::strtoull(image->second.c_str(), nullptr, 10);
+  }
   return v;
 }
 
@@ -402,8 +405,12 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
         if (!patch) return ErrorReply(patch.error());
         return SandboxReply(200, controller_.Patch(id, *patch));
       }
-    case Route::kPause:
+    case Route::kPause: {
+      auto pause = api::PauseRequest::FromJson(request.body);
+      if (!pause) return ErrorReply(pause.error());
+      if (pause->memory) return SandboxReply(200, controller_.Hibernate(id));
       return SandboxReply(200, controller_.Pause(id));
+    }
     case Route::kSnapshot: {
       auto snapshot = api::SnapshotRequest::FromJson(request.body);
       if (!snapshot) return ErrorReply(snapshot.error());

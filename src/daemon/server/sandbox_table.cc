@@ -31,9 +31,21 @@ net::NetworkPolicy NetworkPolicyOf(const SandboxRecord& record) {
   return parsed ? std::move(*parsed) : net::NetworkPolicy();
 }
 
+void HeldSandbox::Touch() {
+  last_used_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                     std::chrono::steady_clock::now().time_since_epoch())
+                     .count();
+}
+
 AgentChannel::AgentChannel(std::shared_ptr<HeldSandbox> held, protocol::BlockingClient client)
     : held_(std::move(held)), client_(std::move(client)) {
   client_->set_receive_timeout(std::chrono::seconds(60));
+  ++held_->in_use;
+  held_->Touch();
+  in_use_ = std::shared_ptr<void>(nullptr, [held = held_](void*) {
+    held->Touch();
+    --held->in_use;
+  });
 }
 
 std::vector<std::string> AgentChannel::sandbox_env() const {
@@ -65,6 +77,7 @@ std::shared_ptr<HeldSandbox> SandboxTable::Hold(const std::string& id, runtime::
   held->engine = engine;
   held->env = std::move(env);
   held->cwd = std::move(cwd);
+  held->Touch();
   if (first) held->idle.push_back(std::move(*first));
   std::lock_guard lock(mu_);
   held_[id] = held;

@@ -10,6 +10,7 @@
 // here: the lifecycle holds it around the engine calls that change the sandbox's state.
 // Thread-safe; calls that read the store or open a channel block.
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -40,6 +41,10 @@ inline constexpr const char* kRoot = "root";
 inline constexpr const char* kNetSlot = "net.slot";
 inline constexpr const char* kNetAddress = "net.address";
 inline constexpr const char* kNetAddress6 = "net.address6";
+// The key in a record's resources that holds its auto_hibernate_seconds.
+inline constexpr const char* kAutoHibernate = "auto_hibernate_s";
+// The key in a hibernated sandbox's resources that holds its memory image's size in bytes.
+inline constexpr const char* kMemoryImageBytes = "memory_image_bytes";
 
 // The sandbox's network policy as its record keeps it (mode none when it has none).
 net::NetworkPolicy NetworkPolicyOf(const store::SandboxRecord& record);
@@ -63,6 +68,22 @@ struct HeldSandbox {
   // agent has it from its start.
   std::vector<std::string> env;
   std::string cwd;  // commands' default cwd (its template's workdir); guarded by channels_mu
+  // For auto-hibernate: channels on loan now, when the last one came back (steady clock, ms),
+  // and after how long idle the sandbox hibernates (0: never).
+  std::atomic<int> in_use{0};
+  std::atomic<int64_t> last_used_ms{0};
+  std::atomic<int64_t> auto_hibernate_ms{0};
+  void Touch();  // last_used_ms = now
+
+  // Closes the idle channels (a hibernate: the agent closes every channel anyway).
+  void DropIdle() {
+    std::lock_guard lock(channels_mu);
+    idle.clear();
+  }
+  void AddIdle(protocol::BlockingClient client) {
+    std::lock_guard lock(channels_mu);
+    idle.push_back(std::move(client));
+  }
 
   void SetEnv(std::vector<std::string> sandbox_env) {
     std::lock_guard lock(channels_mu);
@@ -85,6 +106,7 @@ class AgentChannel {
  private:
   std::shared_ptr<HeldSandbox> held_;
   std::optional<protocol::BlockingClient> client_;
+  std::shared_ptr<void> in_use_;  // counts this loan in held_->in_use while it lasts
 };
 
 class SandboxTable {

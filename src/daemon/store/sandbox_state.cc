@@ -16,13 +16,17 @@ constexpr StateTransition kTransitions[] = {
     {S::kRunning, S::kPaused, "pause (freeze) a running sandbox"},
     {S::kPaused, S::kRunning,
      "resume; recovery also uses it for a record left paused but found thawed"},
+    {S::kRunning, S::kHibernated, "pause with memory: saved to disk, its processes stopped"},
+    {S::kHibernated, S::kRunning, "resume: restored from its memory image"},
     {S::kRunning, S::kDestroying, "delete, or TTL expiry"},
+    {S::kHibernated, S::kDestroying, "delete, or TTL expiry, of a hibernated sandbox"},
     {S::kPaused, S::kDestroying, "delete, or TTL expiry, of a frozen sandbox"},
     {S::kFailed, S::kDestroying, "delete of a failed sandbox removes what it left behind"},
     {S::kDestroying, S::kDestroyed, "every resource named after the id is gone"},
     // Recovery transitions: a restart finds the sandbox dead or unrecoverable.
     {S::kRunning, S::kFailed, "recovery: the sandbox's processes or resources are gone"},
     {S::kPaused, S::kFailed, "recovery: a paused sandbox whose resources are gone"},
+    {S::kHibernated, S::kFailed, "the restore failed, or recovery found its image gone"},
     {S::kDestroying, S::kFailed, "teardown failed and left resources; a later delete retries"},
 };
 
@@ -36,6 +40,8 @@ std::string_view SandboxStateName(SandboxState state) {
       return "running";
     case S::kPaused:
       return "paused";
+    case S::kHibernated:
+      return "hibernated";
     case S::kDestroying:
       return "destroying";
     case S::kDestroyed:

@@ -3,7 +3,8 @@
 // the store allows (docs/design/store.md has the diagram).
 //
 //   creating -> running <-> paused -> destroying -> destroyed
-//   (and failed, which creating / running / paused / destroying can fall into)
+//               running <-> hibernated -> destroying
+//   (and failed, which creating / running / paused / hibernated / destroying can fall into)
 
 #include <optional>
 #include <span>
@@ -18,6 +19,7 @@ enum class SandboxState {
   kCreating,    // the record exists; the engine's resources may not (yet)
   kRunning,     // the sandbox exists and its agent answers
   kPaused,      // frozen (cgroup freezer / runsc pause); memory kept
+  kHibernated,  // saved to disk with its memory (a memory checkpoint); no process runs
   kDestroying,  // teardown started; resources may still exist
   kDestroyed,   // every resource is gone; the record stays until purged
   kFailed,      // broken or not recoverable; `error` says why; resources may remain
@@ -25,7 +27,8 @@ enum class SandboxState {
 
 inline constexpr SandboxState kAllSandboxStates[] = {
     SandboxState::kCreating,   SandboxState::kRunning,   SandboxState::kPaused,
-    SandboxState::kDestroying, SandboxState::kDestroyed, SandboxState::kFailed,
+    SandboxState::kHibernated, SandboxState::kDestroying, SandboxState::kDestroyed,
+    SandboxState::kFailed,
 };
 
 // "creating", "running", ... (the spelling stored in the database and shown by the API).

@@ -127,6 +127,46 @@ UPDATE sandboxes SET resources = json_remove(resources, '$.uid_base', '$.dir', '
     '$.cgroup1', '$.cgroup2', '$.cgroup3', '$.cgroup4', '$.cgroup5', '$.cgroup6', '$.cgroup7');
 ALTER TABLE sandboxes DROP COLUMN init_pid;
 )sql",
+    // 8: the state hibernated (a sandbox saved to disk with its memory: docs/design/gvisor.md).
+    // SQLite cannot change a CHECK in place: the table is made again and filled from the old one,
+    // as SQLite's own procedure for it does (foreign keys off around it: see Migrate).
+    R"sql(
+CREATE TABLE sandboxes_new (
+  id            TEXT PRIMARY KEY NOT NULL,
+  state         TEXT NOT NULL CHECK (state IN ('creating', 'running', 'paused', 'hibernated',
+                                               'destroying', 'destroyed', 'failed')),
+  engine        TEXT NOT NULL,
+  template_name TEXT NOT NULL,
+  cpus          REAL NOT NULL,
+  memory_mb     INTEGER NOT NULL,
+  pids_max      INTEGER NOT NULL,
+  disk_mb       INTEGER NOT NULL,
+  env           TEXT NOT NULL CHECK (json_valid(env)),        -- JSON array of strings
+  metadata      TEXT NOT NULL CHECK (json_valid(metadata)),   -- JSON object string -> string
+  created_at_ms INTEGER NOT NULL,
+  updated_at_ms INTEGER NOT NULL,
+  expires_at_ms INTEGER NOT NULL,                             -- absolute unix ms; 0 = none
+  resources     TEXT NOT NULL CHECK (json_valid(resources)),  -- JSON object string -> string
+  error         TEXT NOT NULL,
+  pooled        INTEGER NOT NULL DEFAULT 0 CHECK (pooled IN (0, 1)),
+  layers        TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(layers)),
+  network       TEXT NOT NULL DEFAULT '',
+  tenant        TEXT NOT NULL DEFAULT 'admin',
+  engine_state  TEXT NOT NULL DEFAULT ''
+) STRICT;
+INSERT INTO sandboxes_new (id, state, engine, template_name, cpus, memory_mb, pids_max, disk_mb,
+    env, metadata, created_at_ms, updated_at_ms, expires_at_ms, resources, error, pooled, layers,
+    network, tenant, engine_state)
+  SELECT id, state, engine, template_name, cpus, memory_mb, pids_max, disk_mb, env, metadata,
+    created_at_ms, updated_at_ms, expires_at_ms, resources, error, pooled, layers, network,
+    tenant, engine_state FROM sandboxes;
+DROP TABLE sandboxes;
+ALTER TABLE sandboxes_new RENAME TO sandboxes;
+CREATE INDEX sandboxes_by_state ON sandboxes (state);
+CREATE INDEX sandboxes_by_deadline ON sandboxes (expires_at_ms) WHERE expires_at_ms > 0;
+CREATE INDEX sandboxes_pooled ON sandboxes (template_name, created_at_ms) WHERE pooled = 1;
+CREATE INDEX sandboxes_by_tenant ON sandboxes (tenant);
+)sql",
 };
 
 constexpr std::string_view kColumns =
@@ -347,6 +387,17 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, StoreOptions
 
 Status Store::Migrate() {
   std::lock_guard lock(mu_);
+  // A migration that makes a table again drops the old one, which with foreign keys on would
+  // delete what refers to it (network events). Off for the migrations (it cannot change inside
+  // a transaction), the references checked before the commit, and on again after.
+  if (auto off = db_.Exec("PRAGMA foreign_keys = OFF", "pausing foreign keys"); !off) return off;
+  auto migrated = MigrateLocked();
+  auto on = db_.Exec("PRAGMA foreign_keys = ON", "restoring foreign keys");
+  if (!migrated) return migrated;
+  return on;
+}
+
+Status Store::MigrateLocked() {
   auto tx = Transaction::Begin(db_);  // read and bump the version under the write lock
   if (!tx) return std::unexpected(std::move(tx.error()));
   auto text = db_.PragmaText("user_version");
@@ -363,6 +414,12 @@ Status Store::Migrate() {
     if (!applied) return applied;
     auto bumped = db_.Exec("PRAGMA user_version = " + std::to_string(v + 1), "bumping version");
     if (!bumped) return bumped;
+  }
+  auto dangling = db_.PragmaText("foreign_key_check");
+  if (!dangling) return std::unexpected(std::move(dangling.error()));
+  if (!dangling->empty()) {
+    return Fail(ErrorCode::kInternal, "the migrated database has rows that refer to nothing (" +
+                                          *dangling + ")");
   }
   return tx->Commit();
 }
@@ -554,6 +611,17 @@ Result<SandboxRecord> Store::SetRuntimeInfo(std::string_view id, std::string eng
   return EditUnlessDestroyed(id, [&](SandboxRecord& r) {
     r.engine_state = std::move(engine_state);
     r.resources = std::move(resources);
+  });
+}
+
+Result<SandboxRecord> Store::SetResource(std::string_view id, const std::string& key,
+                                         const std::string& value) {
+  return EditUnlessDestroyed(id, [&](SandboxRecord& r) {
+    if (value.empty()) {
+      r.resources.erase(key);
+    } else {
+      r.resources[key] = value;
+    }
   });
 }
 

@@ -208,6 +208,10 @@ class Store {
   [[nodiscard]] Result<SandboxRecord> SetRuntimeInfo(std::string_view id, std::string engine_state,
                                                      std::map<std::string, std::string> resources);
 
+  // Sets one entry of the record's resources ("" removes it). Refused (409) once destroyed.
+  [[nodiscard]] Result<SandboxRecord> SetResource(std::string_view id, const std::string& key,
+                                                  const std::string& value);
+
   // Removes one destroyed record (409 if it is not destroyed, 404 if absent).
   [[nodiscard]] Status Delete(std::string_view id);
   // Removes destroyed records last updated before `cutoff_ms`; returns how many.
@@ -294,6 +298,7 @@ class Store {
  private:
   Store(Database db, StoreOptions options);
   [[nodiscard]] Status Migrate();
+  [[nodiscard]] Status MigrateLocked();  // Migrate's transaction, foreign keys off
   // Reads one record inside the caller's lock / transaction.
   [[nodiscard]] Result<SandboxRecord> GetLocked(std::string_view id);
   // Writes every mutable column of `record` (which must exist).

@@ -43,6 +43,12 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kAgentInside = "/.airlock/agent";
 constexpr const char* kRunInside = "/.airlock/run";
 constexpr const char* kAgentSocket = "agent.sock";
+// The file whose appearance in the agent's directory wakes a quiesced agent (protocol::Quiesce):
+// the engine makes it before a restore.
+constexpr const char* kWakeFile = "wake";
+// Where a hibernated sandbox's memory image is, in its directory (on the state dir's disk, not
+// in the writable layer's tmpfs); written as memory.partial first.
+constexpr const char* kMemoryImage = "memory";
 // The sandbox seccomp policy, compiled at Open (runtime/seccomp_policy.h): the agent installs it
 // on itself before it serves, so the Sentry applies it to every command.
 constexpr const char* kSeccompInside = "/.airlock/seccomp";
@@ -99,6 +105,11 @@ std::string Tail(const std::string& path, size_t n = 600) {
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
   return text;
 }
+
+// runsc's output and the agent's stdio. In the writable layer's tmpfs, not beside it: a command
+// can open the agent's descriptors through gVisor's /proc, and what it writes there must count
+// against the sandbox's own disk cap, not fill the host's.
+std::string ConsoleLog(const std::string& dir) { return dir + "/disk/console.log"; }
 
 constexpr const char* kAlternatives = "/etc/alternatives";
 bool HostHasAlternatives() {
@@ -323,6 +334,33 @@ uint64_t OomKills(const std::vector<std::string>& cgroups) {
   return 0;
 }
 
+// Whether the sandbox in `dir` joined a network namespace (its spec names one): runsc runs it on
+// its host networking then, which `runsc checkpoint` refuses.
+bool HasNetwork(const std::string& dir) {
+  auto text = ReadFileToString(dir + "/config.json", 1 << 20);
+  if (!text) return true;  // unknown: judged as the case that cannot be saved
+  auto doc = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  const json* namespaces = doc.is_object() && doc["linux"].is_object()
+                               ? &doc["linux"]["namespaces"]
+                               : nullptr;
+  if (!namespaces || !namespaces->is_array()) return true;
+  for (const json& ns : *namespaces) {
+    if (ns.is_object() && ns.value("type", "") == "network" && ns.contains("path")) return true;
+  }
+  return false;
+}
+
+// The bytes of the regular files under `dir`.
+uint64_t TreeBytes(const std::string& dir) {
+  uint64_t bytes = 0;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_regular_file(ec)) bytes += it->file_size(ec);
+  }
+  return bytes;
+}
+
 }  // namespace
 
 GvisorEngine::GvisorEngine(GvisorOptions options) : options_(std::move(options)) {
@@ -334,6 +372,8 @@ GvisorEngine::GvisorEngine(GvisorOptions options) : options_(std::move(options))
   capabilities_.pause = true;      // runsc pause: the cgroup freezer
   capabilities_.live_limits = false;
   capabilities_.layer_snapshot = true;
+  // runsc checkpoint / restore, for sandboxes without a network (Hibernate).
+  capabilities_.memory_checkpoint = true;
   capabilities_.host_usr_root = true;  // the host's /usr bound in read-only
   // The daemon's namespace, joined through the spec with runsc's host networking in it (this
   // runsc's own stack refuses to start on kernels since 6.x: docs/design/gvisor.md): the daemon's
@@ -450,6 +490,28 @@ bool GvisorEngine::Holds(const std::string& id) {
   return live_.contains(id);
 }
 
+bool GvisorEngine::IsHibernated(const std::string& id) {
+  std::lock_guard lock(mu_);
+  return hibernated_.contains(id);
+}
+
+std::vector<std::string> GvisorEngine::RunscFlags(const std::string& id, bool networked) const {
+  return {options_.runsc_path, "--root",  RunscRoot(id), "--platform", options_.platform,
+          "--network",         networked ? "host" : "none",  "--host-uds", "all"};
+}
+
+Result<UniqueFd> GvisorEngine::AwaitAgent(const std::string& id) {
+  const std::string dir = SandboxDir(id);
+  Result<UniqueFd> channel = Fail(ErrorCode::kUnavailable, "the agent did not listen");
+  const auto deadline = Clock::now() + kAgentTimeout;
+  while (!channel && Clock::now() < deadline) {
+    channel = ConnectSocketIn(dir + "/run");
+    if (!channel) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (!channel) return std::unexpected(channel.error().Wrap(Tail(ConsoleLog(dir))));
+  return channel;
+}
+
 Result<std::unique_ptr<runtime::Sandbox>> GvisorEngine::Create(const SandboxSpec& spec) {
   if (auto st = ValidateSandboxId(spec.id); !st) return std::unexpected(st.error());
   const runtime::RootSpec& root = spec.root;
@@ -516,15 +578,10 @@ Result<std::unique_ptr<runtime::Sandbox>> GvisorEngine::Create(const SandboxSpec
                                   usr_dirs_, options_.cgroup_parent);
   if (auto st = WriteText(dir + "/config.json", config.dump(1), 0600); !st) return fail(st.error());
 
-  // runsc's output and the agent's stdio. In the writable layer's tmpfs, not beside it: a command
-  // can open the agent's descriptors through gVisor's /proc, and what it writes there must count
-  // against the sandbox's own disk cap, not fill the host's.
-  const std::string log = disk + "/console.log";
-  auto ran = RunLogged({options_.runsc_path, "--root", RunscRoot(spec.id),
-                        "--platform", options_.platform, "--network",
-                        spec.netns.empty() ? "none" : "host", "--host-uds", "all", "run",
-                        "--detach", "--bundle", dir, spec.id},
-                       log, kRunscTimeout);
+  const std::string log = ConsoleLog(dir);
+  std::vector<std::string> argv = RunscFlags(spec.id, !spec.netns.empty());
+  argv.insert(argv.end(), {"run", "--detach", "--bundle", dir, spec.id});
+  auto ran = RunLogged(argv, log, kRunscTimeout);
   if (!ran) return fail(ran.error());
   if (*ran != 0) {
     return fail(Error(ErrorCode::kInternal, "runsc run exited " + std::to_string(*ran) + ": " +
@@ -534,14 +591,8 @@ Result<std::unique_ptr<runtime::Sandbox>> GvisorEngine::Create(const SandboxSpec
     std::lock_guard lock(mu_);
     live_.insert(spec.id);
   }
-  // The agent makes its socket as it starts.
-  Result<UniqueFd> channel = Fail(ErrorCode::kUnavailable, "the agent did not listen");
-  const auto deadline = Clock::now() + kAgentTimeout;
-  while (!channel && Clock::now() < deadline) {
-    channel = ConnectSocketIn(dir + "/run");
-    if (!channel) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  if (!channel) return fail(channel.error().Wrap(Tail(log)));
+  auto channel = AwaitAgent(spec.id);
+  if (!channel) return fail(channel.error());
   auto state = State(spec.id);
   if (!state) return fail(state.error());
   SandboxInfo info;
@@ -550,13 +601,11 @@ Result<std::unique_ptr<runtime::Sandbox>> GvisorEngine::Create(const SandboxSpec
   return std::make_unique<runtime::CreatedSandbox>(std::move(info), std::move(*channel));
 }
 
-Status GvisorEngine::TearDown(const std::string& id) {
-  const std::string dir = SandboxDir(id);
+Status GvisorEngine::StopProcesses(const std::string& id) {
   Status result;
   // The Sentry, the gofer and their helpers are all in the sandbox's cgroups: SIGKILLed there
-  // until none is left, the cgroups removed, and runsc's state goes with the sandbox's
-  // directory (its --root is in it). Not `runsc delete`: it waits a second or more for a
-  // sandbox to stop, and needs state a crash may have lost.
+  // until none is left, then the cgroups removed. Not `runsc delete`: it waits a second or more
+  // for a sandbox to stop, and needs state a crash may have lost.
   const std::vector<std::string> cgroups = CgroupDirs(options_.cgroup_parent + "/" + id);
   auto kill_all = [&] {
     bool any = false;
@@ -580,6 +629,13 @@ Status GvisorEngine::TearDown(const std::string& id) {
   }
   // The last sandbox out removes the parents, as the jail's do.
   for (const std::string& parent : CgroupDirs(options_.cgroup_parent)) ::rmdir(parent.c_str());
+  return result;
+}
+
+Status GvisorEngine::TearDown(const std::string& id) {
+  const std::string dir = SandboxDir(id);
+  // runsc's state goes with the sandbox's directory (its --root is in it).
+  Status result = StopProcesses(id);
   for (const char* sub : {"/rootfs", "/disk"}) {
     const std::string point = dir + sub;
     if (::umount2(point.c_str(), MNT_DETACH) < 0 && errno != EINVAL && errno != ENOENT &&
@@ -593,6 +649,7 @@ Status GvisorEngine::TearDown(const std::string& id) {
   {
     std::lock_guard lock(mu_);
     live_.erase(id);
+    hibernated_.erase(id);
   }
   return result;
 }
@@ -606,19 +663,44 @@ Status GvisorEngine::Destroy(const std::string& id) {
 Result<UniqueFd> GvisorEngine::ConnectAgent(const std::string& id) {
   if (auto st = ValidateSandboxId(id); !st) return std::unexpected(st.error());
   if (!Holds(id)) return Fail(ErrorCode::kNotFound, "sandbox " + id + " is not held here");
+  if (IsHibernated(id)) {
+    return Fail(ErrorCode::kFailedPrecondition, "sandbox " + id + " is hibernated");
+  }
   return ConnectSocketIn(SandboxDir(id) + "/run");
 }
 
 Result<SandboxInfo> GvisorEngine::Adopt(const std::string& id, const std::string& engine_state,
-                                        bool paused) {
+                                        runtime::SandboxState wanted) {
   if (auto st = ValidateSandboxId(id); !st) return std::unexpected(st.error());
   auto doc = json::parse(engine_state, nullptr, /*allow_exceptions=*/false);
-  if (!doc.is_object() || doc.size() != 1 || !doc["pid"].is_number_integer() ||
-      doc["pid"].get<int64_t>() <= 1) {
+  const bool hibernated = wanted == runtime::SandboxState::kHibernated;
+  const bool valid =
+      doc.is_object() && doc.size() == 1 &&
+      (hibernated ? doc["hibernated"].is_boolean() && doc["hibernated"].get<bool>()
+                  : doc["pid"].is_number_integer() && doc["pid"].get<int64_t>() > 1);
+  if (!valid) {
     return Fail(ErrorCode::kInvalidArgument, "engine state of " + id + " is not the gVisor "
-                                             "engine's: " + engine_state);
+                                             "engine's for a " +
+                                             (hibernated ? "hibernated" : "live") +
+                                             " sandbox: " + engine_state);
   }
   if (Holds(id)) return Fail(ErrorCode::kAlreadyExists, "sandbox " + id + " is held already");
+  SandboxInfo info;
+  info.id = id;
+  info.state = wanted;
+  if (hibernated) {
+    // Nothing of it runs: its image and its files are what there is to take over.
+    struct stat st;
+    const std::string image = SandboxDir(id) + "/" + kMemoryImage;
+    if (::stat(image.c_str(), &st) < 0 || !S_ISDIR(st.st_mode)) {
+      return Fail(ErrorCode::kNotFound, "sandbox " + id + " has no memory image (" + image + ")");
+    }
+    info.engine_state = engine_state;
+    std::lock_guard lock(mu_);
+    live_.insert(id);
+    hibernated_.insert(id);
+    return info;
+  }
   auto state = State(id);
   if (!state) return std::unexpected(state.error());
   const auto& [status, pid] = *state;
@@ -626,6 +708,7 @@ Result<SandboxInfo> GvisorEngine::Adopt(const std::string& id, const std::string
     return Fail(ErrorCode::kNotFound, "sandbox " + id + " is " + status + " (pid " +
                                           std::to_string(pid) + "), not the one recorded");
   }
+  const bool paused = wanted == runtime::SandboxState::kPaused;
   if (paused && status == "running") {
     if (auto st = Runsc(id, "pause"); !st) return std::unexpected(st.error());
   } else if (!paused && status == "paused") {
@@ -635,9 +718,6 @@ Result<SandboxInfo> GvisorEngine::Adopt(const std::string& id, const std::string
     std::lock_guard lock(mu_);
     live_.insert(id);
   }
-  SandboxInfo info;
-  info.id = id;
-  info.state = paused ? runtime::SandboxState::kPaused : runtime::SandboxState::kRunning;
   info.engine_state = json{{"pid", pid}}.dump();
   return info;
 }
@@ -659,6 +739,9 @@ Status GvisorEngine::UpdateLimits(const std::string&, const runtime::Limits&) {
 Result<runtime::LayerSnapshot> GvisorEngine::SnapshotLayer(const std::string& id) {
   if (auto st = ValidateSandboxId(id); !st) return std::unexpected(st.error());
   if (!Holds(id)) return Fail(ErrorCode::kNotFound, "sandbox " + id + " is not held here");
+  if (IsHibernated(id)) {
+    return Fail(ErrorCode::kFailedPrecondition, "sandbox " + id + " is hibernated");
+  }
   // Frozen while copied, so that the layer is one moment of it.
   if (auto st = Runsc(id, "pause"); !st) return std::unexpected(st.error());
   auto upper = OpenFile(SandboxDir(id) + "/disk/upper", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -671,6 +754,12 @@ Result<runtime::LayerSnapshot> GvisorEngine::SnapshotLayer(const std::string& id
 Status GvisorEngine::Alive(const std::string& id) {
   if (auto st = ValidateSandboxId(id); !st) return st;
   if (!Holds(id)) return Fail(ErrorCode::kNotFound, "sandbox " + id + " is not held here");
+  if (IsHibernated(id)) {
+    struct stat st;
+    const std::string image = SandboxDir(id) + "/" + kMemoryImage;
+    if (::stat(image.c_str(), &st) == 0) return {};
+    return Fail(ErrorCode::kFailedPrecondition, "its memory image is gone (" + image + ")");
+  }
   auto state = State(id);
   if (state && (state->first == "running" || state->first == "paused") &&
       ProcessRuns(state->second)) {
@@ -690,12 +779,128 @@ Status GvisorEngine::Alive(const std::string& id) {
 
 Status GvisorEngine::Pause(const std::string& id) {
   if (!Holds(id)) return Fail(ErrorCode::kNotFound, "sandbox " + id + " is not held here");
+  if (IsHibernated(id)) {
+    return Fail(ErrorCode::kFailedPrecondition, "sandbox " + id + " is hibernated");
+  }
   return Runsc(id, "pause");
 }
 
 Status GvisorEngine::Resume(const std::string& id) {
   if (!Holds(id)) return Fail(ErrorCode::kNotFound, "sandbox " + id + " is not held here");
+  if (IsHibernated(id)) {
+    return Fail(ErrorCode::kFailedPrecondition, "sandbox " + id + " is hibernated (wake it)");
+  }
   return Runsc(id, "resume");
+}
+
+Result<runtime::Hibernation> GvisorEngine::Hibernate(const std::string& id) {
+  if (auto st = ValidateSandboxId(id); !st) return std::unexpected(st.error());
+  if (!Holds(id)) return Fail(ErrorCode::kNotFound, "sandbox " + id + " is not held here");
+  if (IsHibernated(id)) {
+    return Fail(ErrorCode::kFailedPrecondition, "sandbox " + id + " is hibernated already");
+  }
+  const std::string dir = SandboxDir(id);
+  if (HasNetwork(dir)) {
+    return Fail(ErrorCode::kFailedPrecondition,
+                "sandbox " + id + " has a network, and runsc cannot save a sandbox on its host "
+                "networking (gVisor's own network stack does not start on this kernel: "
+                "docs/design/gvisor.md); only a sandbox made with network mode \"none\" "
+                "hibernates on gVisor here");
+  }
+  const std::string wake = dir + "/run/" + kWakeFile;
+  if (::unlink(wake.c_str()) < 0 && errno != ENOENT) return FailErrno("removing " + wake, errno);
+  // The agent closes its listener and every channel (a host socket cannot be saved), or refuses
+  // while something is in progress; the sandbox runs on either way.
+  auto fd = ConnectSocketIn(dir + "/run");
+  if (!fd) return std::unexpected(fd.error().Wrap("hibernating " + id));
+  auto client = protocol::BlockingClient::Connect(std::move(*fd), "airlock gVisor engine");
+  if (!client) return std::unexpected(client.error().Wrap("hibernating " + id));
+  if (auto st = client->Quiesce(std::string(kRunInside) + "/" + kWakeFile); !st) {
+    return std::unexpected(st.error().Wrap("hibernating " + id + ": the agent"));
+  }
+  const std::string image = dir + "/" + kMemoryImage;
+  const std::string partial = image + ".partial";
+  std::error_code ec;
+  fs::remove_all(partial, ec);
+  fs::remove_all(image, ec);
+  const std::string log = ConsoleLog(dir);
+  auto ran = RunLogged({options_.runsc_path, "--root", RunscRoot(id), "checkpoint",
+                        "--image-path", partial, id},
+                       log, kRunscTimeout);
+  if (!ran || *ran != 0) {
+    Error why = ran ? Error(ErrorCode::kInternal, "runsc checkpoint exited " +
+                                                      std::to_string(*ran) + ": " + Tail(log))
+                    : ran.error();
+    fs::remove_all(partial, ec);
+    // A checkpoint refused before it began leaves the sandbox running: its agent is woken and
+    // listens again. One that failed midway leaves it stopped (runsc's own doing): it is gone.
+    auto state = State(id);
+    if (state && state->first == "running") {
+      if (auto st = WriteText(wake, "", 0600); st && AwaitAgent(id)) {
+        return std::unexpected(why.Wrap("hibernating " + id + " (it runs on)"));
+      }
+    }
+    (void)StopProcesses(id);
+    return std::unexpected(why.Wrap("hibernating " + id + " (it stopped)"));
+  }
+  if (::rename(partial.c_str(), image.c_str()) < 0) {
+    return FailErrno("hibernating " + id + ": renaming its image", errno);
+  }
+  // The Sentry ends after the checkpoint; what is left of the sandbox's processes and runsc's
+  // record of it goes, so that the restore starts clean under the same id.
+  if (auto st = StopProcesses(id); !st) return std::unexpected(st.error());
+  fs::remove_all(RunscRoot(id), ec);
+  if (auto st = MakeDir(RunscRoot(id), 0700); !st) return std::unexpected(st.error());
+  {
+    std::lock_guard lock(mu_);
+    hibernated_.insert(id);
+  }
+  return runtime::Hibernation{.image_bytes = TreeBytes(image),
+                              .engine_state = json{{"hibernated", true}}.dump()};
+}
+
+Result<std::unique_ptr<runtime::Sandbox>> GvisorEngine::Wake(const std::string& id) {
+  if (auto st = ValidateSandboxId(id); !st) return std::unexpected(st.error());
+  if (!Holds(id)) return Fail(ErrorCode::kNotFound, "sandbox " + id + " is not held here");
+  if (!IsHibernated(id)) {
+    return Fail(ErrorCode::kFailedPrecondition, "sandbox " + id + " is not hibernated");
+  }
+  const std::string dir = SandboxDir(id);
+  const std::string image = dir + "/" + kMemoryImage;
+  auto fail = [&](Error e) -> Result<std::unique_ptr<runtime::Sandbox>> {
+    (void)StopProcesses(id);
+    std::error_code ec;
+    fs::remove_all(RunscRoot(id), ec);
+    (void)MakeDir(RunscRoot(id), 0700);
+    return std::unexpected(std::move(e).Wrap("waking " + id));
+  };
+  // The agent looks for this as soon as it runs again.
+  if (auto st = WriteText(dir + "/run/" + kWakeFile, "", 0600); !st) return fail(st.error());
+  // stdio: files, never pipes. The restored processes keep what the restore had, and a pipe
+  // would hold whoever reads it for as long as the sandbox lives.
+  const std::string log = ConsoleLog(dir);
+  std::vector<std::string> argv = RunscFlags(id, HasNetwork(dir));
+  argv.insert(argv.end(), {"restore", "--image-path", image, "--bundle", dir, "--detach", id});
+  auto ran = RunLogged(argv, log, kRunscTimeout);
+  if (!ran) return fail(ran.error());
+  if (*ran != 0) {
+    return fail(Error(ErrorCode::kInternal,
+                      "runsc restore exited " + std::to_string(*ran) + ": " + Tail(log)));
+  }
+  auto channel = AwaitAgent(id);
+  if (!channel) return fail(channel.error());
+  auto state = State(id);
+  if (!state) return fail(state.error());
+  std::error_code ec;
+  fs::remove_all(image, ec);  // spent: the sandbox has moved on from it
+  {
+    std::lock_guard lock(mu_);
+    hibernated_.erase(id);
+  }
+  SandboxInfo info;
+  info.id = id;
+  info.engine_state = json{{"pid", state->second}}.dump();
+  return std::make_unique<runtime::CreatedSandbox>(std::move(info), std::move(*channel));
 }
 
 Status GvisorEngine::Probe() {

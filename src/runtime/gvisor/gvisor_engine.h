@@ -51,15 +51,24 @@ class GvisorEngine : public runtime::Engine {
   Result<std::unique_ptr<runtime::Sandbox>> Create(const runtime::SandboxSpec& spec) override;
   Status Destroy(const std::string& id) override;
   Result<UniqueFd> ConnectAgent(const std::string& id) override;
-  // engine_state: {"pid": N} (the sandbox's Sentry, as runsc reports it) as Create returned it.
+  // engine_state: {"pid": N} (the sandbox's Sentry, as runsc reports it) as Create or Wake
+  // returned it; {"hibernated": true} as Hibernate did.
   Result<runtime::SandboxInfo> Adopt(const std::string& id, const std::string& engine_state,
-                                     bool paused) override;
+                                     runtime::SandboxState state) override;
   Result<std::vector<std::string>> ListSandboxes() override;
   Status UpdateLimits(const std::string& id, const runtime::Limits& limits) override;
   Result<runtime::LayerSnapshot> SnapshotLayer(const std::string& id) override;
   Status Alive(const std::string& id) override;
   Status Pause(const std::string& id) override;
   Status Resume(const std::string& id) override;
+  // `runsc checkpoint` after the agent quiesced (it holds no host socket then: a listening or
+  // connected host socket cannot be saved), the image in <dir>/memory; then everything of the
+  // sandbox that runs is stopped. Only a sandbox without a network: runsc cannot save its host
+  // networking (docs/design/gvisor.md).
+  Result<runtime::Hibernation> Hibernate(const std::string& id) override;
+  // `runsc restore` from <dir>/memory with the bundle it was made from; the agent listens again
+  // once it sees the wake file the engine made in its directory.
+  Result<std::unique_ptr<runtime::Sandbox>> Wake(const std::string& id) override;
 
   std::string SandboxDir(const std::string& id) const;
 
@@ -78,7 +87,16 @@ class GvisorEngine : public runtime::Engine {
   Result<std::pair<std::string, int>> State(const std::string& id) const;
   // Kills and removes what a sandbox holds, whatever state a crash left it in.
   Status TearDown(const std::string& id);
+  // Kills every process in the sandbox's cgroups and removes them (and their parents when no
+  // sandbox is left in them); its files stay.
+  Status StopProcesses(const std::string& id);
+  // The runsc flags a sandbox was started with, which its restore repeats.
+  std::vector<std::string> RunscFlags(const std::string& id, bool networked) const;
+  // Waits for the agent's socket in the sandbox's directory: the channel, or why not (with the
+  // end of its console log).
+  Result<UniqueFd> AwaitAgent(const std::string& id);
   bool Holds(const std::string& id);
+  bool IsHibernated(const std::string& id);
 
   GvisorOptions options_;
   runtime::Capabilities capabilities_;
@@ -87,6 +105,7 @@ class GvisorEngine : public runtime::Engine {
   bool agent_static_ = true;
   std::mutex mu_;
   std::set<std::string> live_;  // made or adopted by this instance, not destroyed
+  std::set<std::string> hibernated_;  // of live_, those saved to disk and not running
 };
 
 }  // namespace airlock::gvisor

@@ -442,7 +442,11 @@ Result<UniqueFd> JailEngine::ConnectAgent(const std::string& id) {
 }
 
 Result<SandboxInfo> JailEngine::Adopt(const std::string& id, const std::string& engine_state,
-                                      bool paused) {
+                                      runtime::SandboxState state) {
+  if (state == runtime::SandboxState::kHibernated) {
+    return std::unexpected(runtime::Lacks(name(), "memory_checkpoint", "hold a hibernated sandbox"));
+  }
+  const bool paused = state == runtime::SandboxState::kPaused;
   const pid_t init_pid = InitPidOf(engine_state);
   if (auto st = ValidateSandboxId(id); !st) return std::unexpected(st.error());
   {
@@ -624,6 +628,15 @@ Status JailEngine::Resume(const std::string& id) {
   if (auto st = it->second.cgroup.Thaw(); !st) return st;
   it->second.paused = false;
   return {};
+}
+
+Result<runtime::Hibernation> JailEngine::Hibernate(const std::string&) {
+  // CRIU would be the way for the jail; it fails on this kernel's vdso.
+  return std::unexpected(runtime::Lacks(name(), "memory_checkpoint", "hibernate a sandbox"));
+}
+
+Result<std::unique_ptr<runtime::Sandbox>> JailEngine::Wake(const std::string&) {
+  return std::unexpected(runtime::Lacks(name(), "memory_checkpoint", "wake a sandbox"));
 }
 
 Status JailEngine::Probe() {

@@ -54,13 +54,15 @@ class JailEngine : public runtime::Engine {
   Result<UniqueFd> ConnectAgent(const std::string& id) override;
   // engine_state: {"init_pid": N, "uid_base": N, "cgroups": [...]} as Create returned it.
   Result<runtime::SandboxInfo> Adopt(const std::string& id, const std::string& engine_state,
-                                     bool paused) override;
+                                     runtime::SandboxState state) override;
   Result<std::vector<std::string>> ListSandboxes() override;
   Status UpdateLimits(const std::string& id, const runtime::Limits& limits) override;
   Result<runtime::LayerSnapshot> SnapshotLayer(const std::string& id) override;
   Status Alive(const std::string& id) override;
   Status Pause(const std::string& id) override;
   Status Resume(const std::string& id) override;
+  Result<runtime::Hibernation> Hibernate(const std::string& id) override;
+  Result<std::unique_ptr<runtime::Sandbox>> Wake(const std::string& id) override;
 
   const CgroupLayout& cgroup_layout() const { return layout_; }
   // Whether the agent is statically linked (a sanitizer build's is not), which a sandbox on its

@@ -2,10 +2,16 @@
 // the output ring, listing, and what outlives a channel. A real airlock-agent listening on a unix
 // socket, so that a test can open, drop and reopen channels as the daemon does.
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -443,6 +449,100 @@ TEST_F(ProcessTableTest, PtyBackgroundProcessTakesInputAndResize) {
   ASSERT_TRUE(d.last && std::holds_alternative<p::Exited>(*d.last));
   EXPECT_NE(d.out.find("40 132"), std::string::npos) << d.out;
   EXPECT_NE(d.out.find("line=typed"), std::string::npos) << d.out;
+}
+
+// --- Quiesce: what a memory checkpoint needs of the agent ---------------------------------------
+
+// Whether one connect to `socket` succeeds now (ConnectUnix retries for seconds).
+bool Accepts(const std::string& socket) {
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", socket.c_str());
+  return ::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+}
+
+TEST_F(ProcessTableTest, QuiesceClosesEverythingOfTheHostsAndWakesOnTheFile) {
+  p::BlockingClient idle = Connect();
+  p::BlockingClient c = Connect();
+  ASSERT_TRUE(idle.Ping(1));
+  const int32_t counter = StartBackground(
+      c, ShellExec("i=0; while :; do i=$((i+1)); echo $i; sleep 0.02; done"));
+  ASSERT_GT(counter, 0);
+  const std::string wake = dir_.Sub("wake");
+  ASSERT_TRUE(c.Quiesce(wake)) << "quiesce of an agent with only a background process";
+  // Every channel is closed and nothing listens: the socket is gone.
+  EXPECT_FALSE(idle.Ping(2)) << "an idle channel outlived the quiesce";
+  struct stat st;
+  EXPECT_NE(::stat(socket_.c_str(), &st), 0) << "the socket is still there";
+  EXPECT_FALSE(Accepts(socket_)) << "something still accepts on the socket";
+  // It stays so until the wake file appears; the background process runs on meanwhile.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(Accepts(socket_)) << "the agent listened again without the wake file";
+  EXPECT_EQ(::kill(counter, 0), 0) << "the background process ended with the quiesce";
+  { UniqueFd made(::open(wake.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600)); }
+  auto woken = ConnectUnix(socket_);  // retried while the agent looks for the file
+  ASSERT_TRUE(woken) << "the agent did not listen again after the wake file";
+  EXPECT_FALSE(std::filesystem::exists(wake)) << "the agent left its wake file";
+  auto info = Find(*woken, counter);
+  ASSERT_TRUE(info) << "the background process is not in the table after the wake";
+  EXPECT_TRUE(info->running);
+  // And a second round works the same.
+  ASSERT_TRUE(woken->Quiesce(wake));
+  EXPECT_FALSE(Accepts(socket_));
+  { UniqueFd made(::open(wake.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600)); }
+  auto again = ConnectUnix(socket_);
+  ASSERT_TRUE(again);
+  EXPECT_TRUE(again->Ping(3));
+}
+
+TEST_F(ProcessTableTest, QuiesceIsRefusedWhileSomethingIsInProgress) {
+  p::BlockingClient busy = Connect();
+  p::BlockingClient c = Connect();
+  // A command in the foreground on another channel.
+  auto stream = busy.StartExec(ShellExec("sleep 100"));
+  ASSERT_TRUE(stream);
+  auto started = busy.NextFor(*stream);
+  ASSERT_TRUE(started && std::holds_alternative<p::Started>(*started));
+  auto refused = c.Quiesce(dir_.Sub("wake"));
+  ASSERT_FALSE(refused) << "quiesced with a command in the foreground";
+  EXPECT_EQ(refused.error().code(), ErrorCode::kFailedPrecondition);
+  EXPECT_NE(refused.error().message().find("in progress"), std::string::npos)
+      << refused.error().message();
+  // Nothing was closed: both channels and the command go on.
+  EXPECT_TRUE(c.Ping(1));
+  ASSERT_TRUE(busy.Send(*stream, p::Signal{SIGKILL}));
+  auto exited = busy.NextFor(*stream);
+  ASSERT_TRUE(exited && std::holds_alternative<p::Exited>(*exited));
+  // An attachment, on the quiescing channel itself, counts too.
+  const int32_t pid = StartBackground(c, ShellExec("sleep 100"));
+  ASSERT_GT(pid, 0);
+  auto attached = c.Attach(p::Attach{.pid = pid});
+  ASSERT_TRUE(attached);
+  auto again = c.Quiesce(dir_.Sub("wake"));
+  ASSERT_FALSE(again) << "quiesced with an attachment open";
+  EXPECT_EQ(again.error().code(), ErrorCode::kFailedPrecondition);
+  ASSERT_TRUE(c.Detach(attached->first));
+  EXPECT_TRUE(c.Quiesce(dir_.Sub("wake"))) << "refused with nothing in progress";
+}
+
+TEST_F(ProcessTableTest, AQuiescedAgentEndsOnSigterm) {
+  p::BlockingClient c = Connect();
+  ASSERT_TRUE(c.Quiesce(dir_.Sub("wake")));
+  ASSERT_EQ(::kill(agent_->pid(), SIGTERM), 0);
+  auto status = agent_->WaitExit(std::chrono::seconds(10));
+  ASSERT_TRUE(status) << "a quiesced agent did not end on SIGTERM";
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "wait status " << *status;
+}
+
+TEST(AgentQuiesceTest, AnAgentOnAnInheritedChannelRefuses) {
+  AgentProcess agent({"--log-level", "warn"}, {"HOME=/"});
+  auto client = p::BlockingClient::Connect(agent.TakeChannel());
+  ASSERT_TRUE(client) << client.error().message();
+  auto refused = client->Quiesce("/tmp/wake");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), ErrorCode::kFailedPrecondition);
+  EXPECT_TRUE(client->Ping(1)) << "the channel closed after a refused quiesce";
 }
 
 }  // namespace

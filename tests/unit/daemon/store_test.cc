@@ -60,9 +60,41 @@ std::string RawQuery(const std::string& db_path, const std::string& sql) {
   return out;
 }
 
+// Takes a database back to schema version 7, as an Airlock without hibernation left it: the
+// sandboxes table made again with the old CHECK on its state (the rows kept; foreign keys are
+// off on this connection, so the network events stay).
+void UndoHibernatedMigration(const std::string& db_path) {
+  RawQuery(db_path, R"sql(CREATE TABLE sandboxes_old (
+  id TEXT PRIMARY KEY NOT NULL,
+  state TEXT NOT NULL CHECK (state IN
+    ('creating', 'running', 'paused', 'destroying', 'destroyed', 'failed')),
+  engine TEXT NOT NULL, template_name TEXT NOT NULL, cpus REAL NOT NULL,
+  memory_mb INTEGER NOT NULL, pids_max INTEGER NOT NULL, disk_mb INTEGER NOT NULL,
+  env TEXT NOT NULL CHECK (json_valid(env)), metadata TEXT NOT NULL CHECK (json_valid(metadata)),
+  created_at_ms INTEGER NOT NULL, updated_at_ms INTEGER NOT NULL, expires_at_ms INTEGER NOT NULL,
+  resources TEXT NOT NULL CHECK (json_valid(resources)), error TEXT NOT NULL,
+  pooled INTEGER NOT NULL DEFAULT 0 CHECK (pooled IN (0, 1)),
+  layers TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(layers)), network TEXT NOT NULL DEFAULT '',
+  tenant TEXT NOT NULL DEFAULT 'admin', engine_state TEXT NOT NULL DEFAULT '') STRICT)sql");
+  RawQuery(db_path, "INSERT INTO sandboxes_old SELECT id, state, engine, template_name, cpus, "
+                    "memory_mb, pids_max, disk_mb, env, metadata, created_at_ms, updated_at_ms, "
+                    "expires_at_ms, resources, error, pooled, layers, network, tenant, "
+                    "engine_state FROM sandboxes");
+  RawQuery(db_path, "DROP TABLE sandboxes");
+  RawQuery(db_path, "ALTER TABLE sandboxes_old RENAME TO sandboxes");
+  RawQuery(db_path, "CREATE INDEX sandboxes_by_state ON sandboxes (state)");
+  RawQuery(db_path, "CREATE INDEX sandboxes_by_deadline ON sandboxes (expires_at_ms) "
+                    "WHERE expires_at_ms > 0");
+  RawQuery(db_path, "CREATE INDEX sandboxes_pooled ON sandboxes (template_name, created_at_ms) "
+                    "WHERE pooled = 1");
+  RawQuery(db_path, "CREATE INDEX sandboxes_by_tenant ON sandboxes (tenant)");
+  RawQuery(db_path, "PRAGMA user_version = 7");
+}
+
 // Takes a database back to schema version 6, as an Airlock without engine state left it: the
 // agent's host pid in init_pid, the jail's resources in resources.
 void UndoEngineStateMigration(const std::string& db_path) {
+  UndoHibernatedMigration(db_path);
   RawQuery(db_path, "ALTER TABLE sandboxes ADD COLUMN init_pid INTEGER NOT NULL DEFAULT 0");
   RawQuery(db_path, "ALTER TABLE sandboxes DROP COLUMN engine_state");
   RawQuery(db_path, "PRAGMA user_version = 6");
@@ -117,6 +149,9 @@ class StoreTest : public ::testing::Test {
         break;
       case S::kPaused:
         path = {S::kRunning, S::kPaused};
+        break;
+      case S::kHibernated:
+        path = {S::kRunning, S::kHibernated};
         break;
       case S::kFailed:
         path = {S::kFailed};
@@ -304,6 +339,8 @@ const std::set<std::pair<S, S>> kExpectedTransitions = {
     {S::kRunning, S::kPaused},    {S::kPaused, S::kRunning},    {S::kRunning, S::kDestroying},
     {S::kPaused, S::kDestroying}, {S::kFailed, S::kDestroying}, {S::kDestroying, S::kDestroyed},
     {S::kRunning, S::kFailed},    {S::kPaused, S::kFailed},     {S::kDestroying, S::kFailed},
+    {S::kRunning, S::kHibernated}, {S::kHibernated, S::kRunning},
+    {S::kHibernated, S::kDestroying}, {S::kHibernated, S::kFailed},
 };
 
 TEST(SandboxStateTest, TableMatchesSpec) {
@@ -1220,7 +1257,7 @@ TEST_F(StoreTest, MigrationFromVersionFourAddsTheVerdictTablesAndKeepsRecords) {
   ASSERT_EQ(RawQuery(db_path_, "SELECT count(*) FROM sqlite_master WHERE name LIKE 'network%'"),
             "0");
   Reopen();
-  EXPECT_EQ(RawQuery(db_path_, "PRAGMA user_version"), "7");
+  EXPECT_EQ(RawQuery(db_path_, "PRAGMA user_version"), "8");
   EXPECT_EQ(RawQuery(db_path_, "SELECT count(*) FROM sqlite_master WHERE name LIKE 'network%'"),
             "2");
   auto old = store_->Get("sbx-old");
@@ -1241,7 +1278,7 @@ TEST_F(StoreTest, MigrationFromVersionSixMovesTheAgentsPidIntoEngineState) {
                      "'{\"uid_base\":\"65536\",\"dir\":\"/x\",\"cgroup0\":\"/c\","
                      "\"net.slot\":\"3\"}' WHERE id = 'sbx-old'");
   Reopen();
-  EXPECT_EQ(RawQuery(db_path_, "PRAGMA user_version"), "7");
+  EXPECT_EQ(RawQuery(db_path_, "PRAGMA user_version"), "8");
   EXPECT_EQ(RawQuery(db_path_, "SELECT count(*) FROM pragma_table_info('sandboxes') "
                                "WHERE name = 'init_pid'"),
             "0");
@@ -1252,6 +1289,41 @@ TEST_F(StoreTest, MigrationFromVersionSixMovesTheAgentsPidIntoEngineState) {
       << "the jail's entries left for its state, the daemon's stayed";
   EXPECT_EQ(RawQuery(db_path_, "SELECT engine_state FROM sandboxes WHERE id = 'sbx-none'"), "")
       << "no pid, no state";
+  EXPECT_TRUE(store_->CheckIntegrity().has_value());
+}
+
+TEST_F(StoreTest, MigrationFromVersionSevenAllowsHibernatedAndKeepsEverything) {
+  InState("sbx-old", S::kRunning);
+  InState("sbx-gone", S::kDestroyed);
+  const NetworkEventBatch batches[] = {Batch("sbx-old", 0, 3), Batch("sbx-gone", 0, 2)};
+  ASSERT_TRUE(store_->AppendNetworkEvents(batches, 100).has_value());
+  auto before = store_->Get("sbx-old");
+  ASSERT_TRUE(before.has_value());
+  store_.reset();
+  UndoHibernatedMigration(db_path_);
+  // The control: the old schema refuses the new state.
+  RawQuery(db_path_, "UPDATE sandboxes SET state = 'hibernated' WHERE id = 'sbx-old'");
+  ASSERT_EQ(RawQuery(db_path_, "SELECT state FROM sandboxes WHERE id = 'sbx-old'"), "running");
+  Reopen();
+  EXPECT_EQ(RawQuery(db_path_, "PRAGMA user_version"), "8");
+  auto old = store_->Get("sbx-old");
+  ASSERT_TRUE(old.has_value()) << old.error().message();
+  EXPECT_EQ(old->state, S::kRunning);
+  EXPECT_EQ(old->metadata, before->metadata);
+  EXPECT_EQ(old->created_at_ms, before->created_at_ms);
+  EXPECT_EQ(RawQuery(db_path_, "SELECT count(*) FROM network_events"), "5")
+      << "making the table again took the network events with it";
+  const S running[] = {S::kRunning};
+  auto hibernated = store_->Transition("sbx-old", running, S::kHibernated);
+  ASSERT_TRUE(hibernated.has_value()) << hibernated.error().message();
+  EXPECT_EQ(store_->Get("sbx-old")->state, S::kHibernated);
+  EXPECT_EQ(RawQuery(db_path_, "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND "
+                               "tbl_name = 'sandboxes' AND name LIKE 'sandboxes_%'"),
+            "4");
+  // Foreign keys are on again after the migration: a purge takes the verdicts along.
+  now_ = kT0 + 10'000'000;
+  ASSERT_EQ(*store_->PurgeDestroyed(now_), 1);
+  EXPECT_EQ(RawQuery(db_path_, "SELECT count(*) FROM network_events"), "3");
   EXPECT_TRUE(store_->CheckIntegrity().has_value());
 }
 
@@ -1269,8 +1341,8 @@ TEST_F(StoreTest, MigrationFromVersionFiveGivesEveryOldRowToAdmin) {
             "0");
 
   Reopen();
-  EXPECT_EQ(RawQuery(db_path_, "PRAGMA user_version"), "7");
-  EXPECT_EQ(Store::CurrentSchemaVersion(), 7);
+  EXPECT_EQ(RawQuery(db_path_, "PRAGMA user_version"), "8");
+  EXPECT_EQ(Store::CurrentSchemaVersion(), 8);
   auto old = store_->Get("sbx-old");
   ASSERT_TRUE(old.has_value());
   EXPECT_EQ(old->tenant, "admin");

@@ -218,6 +218,7 @@ std::vector<Sample> Samples() {
                Bytes().I32(9).Bool(true).Bool(false).Bool(true).Bool(true).str()});
   s.push_back({Dropped{12345}, Bytes().U64(12345).str()});
   s.push_back({ProcList{}, ""});
+  s.push_back({Quiesce{"/.airlock/run/wake"}, Bytes().Str("/.airlock/run/wake").str()});
   s.push_back({Processes{{ProcessInfo{.pid = 5,
                                       .command = "sleep 100",
                                       .background = true,
@@ -373,6 +374,7 @@ TEST(MessagesTest, TypeNumbersAndNames) {
       {MsgType::kMkdir, 16, "mkdir"},
       {MsgType::kAttach, 17, "attach"},
       {MsgType::kProcList, 18, "proc_list"},
+      {MsgType::kQuiesce, 19, "quiesce"},
       {MsgType::kDetach, 24, "detach"},
       {MsgType::kAttached, 33, "attached"},
       {MsgType::kDropped, 34, "dropped"},
@@ -774,6 +776,10 @@ std::vector<BadPayload> BadPayloads() {
           Bytes().U32(4096).Str("/bin/true").str(), "argv count exceeds the payload");
   add_raw("exec env count 0xffffffff", MsgType::kExec,
           Bytes().U32(1).Str("/bin/true").Str("").Str("").U32(0xffffffffu).str(), "too many env");
+  add_raw("quiesce wake path relative", MsgType::kQuiesce, Bytes().Str("run/wake").str(),
+          "wake path must be absolute");
+  add_raw("quiesce wake path empty", MsgType::kQuiesce, Bytes().Str("").str(),
+          "path");
   add_raw("entries count 0xffffffff", MsgType::kEntries, Bytes().U32(0xffffffffu).str(),
           "too many entries");
   add_raw("entries count past the payload", MsgType::kEntries,
