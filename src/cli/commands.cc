@@ -105,6 +105,7 @@ const std::vector<FlagSpec> kCreateFlags = {
     {"template", true}, {"ttl", true},  {"cpus", true}, {"memory", true},
     {"pids", true},     {"disk", true}, {"env", true},  {"meta", true},
     {"network", true},  {"allow", true}, {"deny", true}, {"engine", true},
+    {"auto-hibernate", true},
 };
 
 const std::vector<FlagSpec> kExecFlags = {
@@ -127,7 +128,8 @@ Outcome<json> CreateRequest(std::string_view command, const Args& args, bool wit
     const char* field;
   };
   for (const IntFlag& f : {IntFlag{"ttl", "ttl_seconds"}, IntFlag{"memory", "memory_mb"},
-                           IntFlag{"pids", "pids_max"}, IntFlag{"disk", "disk_mb"}}) {
+                           IntFlag{"pids", "pids_max"}, IntFlag{"disk", "disk_mb"},
+                           IntFlag{"auto-hibernate", "auto_hibernate_seconds"}}) {
     if (auto v = args.Last(f.flag)) {
       auto n = ParseInteger(command, f.flag, *v);
       if (!n) return std::unexpected(n.error());
@@ -535,14 +537,19 @@ Outcome<int> CmdRm(const CommandArgs& in, Globals& globals) {
 }
 
 Outcome<int> PauseOrResume(std::string_view command, const CommandArgs& in, Globals& globals) {
-  auto args = Parse(command, in, {}, globals);
+  const bool pause = command == "pause";
+  auto args = Parse(command, in,
+                    pause ? std::vector<FlagSpec>{{"memory", false}} : std::vector<FlagSpec>{},
+                    globals);
   if (!args) return std::unexpected(args.error());
   if (args->help) return PrintUsage(command);
   auto id = OneId(command, *args);
   if (!id) return std::unexpected(id.error());
   auto api = Api::Connect(globals);
   if (!api) return std::unexpected(api.error());
-  auto sandbox = api->CallJson("POST", SandboxTarget(*id, "/" + std::string(command)));
+  const json body = {{"memory", true}};
+  auto sandbox = api->CallJson("POST", SandboxTarget(*id, "/" + std::string(command)),
+                               pause && args->Has("memory") ? &body : nullptr);
   if (!sandbox) return std::unexpected(sandbox.error());
   if (globals.json) return PrintJson(*sandbox);
   PrintText(*id + " " + Text(*sandbox, "state") + "\n");
@@ -598,6 +605,9 @@ Creates a sandbox and prints its id (with --json, the sandbox object).
   --allow RULE      a name, *.suffix or CIDR it may reach, with :port if you like
                     (repeatable; alone, it means --network allowlist)
   --deny RULE       a name or CIDR it may never reach (repeatable)
+  --auto-hibernate SECONDS
+                    hibernate it after this long without a call that uses it (engines with
+                    memory_checkpoint)
 )";
 
 constexpr std::string_view kLsUsage = R"(usage: airlock ls [--state S] [--meta K=V]...
@@ -693,14 +703,17 @@ Deletes each sandbox and prints its id (with --json, the array of deleted ids). 
 reported on its own line; the exit code is 1 if any failed.
 )";
 
-constexpr std::string_view kPauseUsage = R"(usage: airlock pause ID
+constexpr std::string_view kPauseUsage = R"(usage: airlock pause [--memory] ID
 
-Freezes every process in the sandbox (memory is kept).
+Freezes every process in the sandbox (memory is kept in place).
+
+  --memory          hibernate it instead: its processes and memory are saved to disk and
+                    nothing of it runs until resume (engines with memory_checkpoint: gVisor)
 )";
 
 constexpr std::string_view kResumeUsage = R"(usage: airlock resume ID
 
-Thaws a paused sandbox.
+Thaws a paused sandbox, or restores a hibernated one where it was.
 )";
 
 constexpr std::string_view kVersionUsage = R"(usage: airlock version
@@ -780,11 +793,11 @@ const std::vector<Command>& Commands() {
       {"attach", "attach to a process: its output, and input to it", kAttachUsage, CmdAttach},
       {"kill", "send a signal to a process", kKillUsage, CmdKill},
       {"rm", "delete sandboxes", kRmUsage, CmdRm},
-      {"pause", "freeze a sandbox", kPauseUsage, CmdPause},
+      {"pause", "freeze a sandbox, or hibernate it (--memory)", kPauseUsage, CmdPause},
       {"template", "build, list and delete templates", kTemplateUsage, CmdTemplate},
       {"snapshot", "make a template from a sandbox's file system", kSnapshotUsage, CmdSnapshot},
       {"fork", "copy a sandbox's file system into new sandboxes", kForkUsage, CmdFork},
-      {"resume", "thaw a paused sandbox", kResumeUsage, CmdResume},
+      {"resume", "thaw a paused sandbox, wake a hibernated one", kResumeUsage, CmdResume},
       {"keys", "create, list and revoke API keys (admin)", kKeysUsage, CmdKeys},
       {"engines", "list the isolation engines and what each can do", kEnginesUsage, CmdEngines},
       {"version", "print the version", kVersionUsage, CmdVersion},

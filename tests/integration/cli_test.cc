@@ -289,6 +289,15 @@ TEST_F(CliTest, PauseAndResume) {
   ProcessResult exec = Cli({"exec", id, "echo", "back"});
   EXPECT_EQ(exec.exit_code(), 0) << exec.err;
   EXPECT_EQ(exec.out, "back\n");
+
+  // --memory asks for a hibernate: the jail has no memory checkpoints, and says so.
+  ProcessResult hibernate = Cli({"pause", "--memory", id});
+  EXPECT_EQ(hibernate.exit_code(), 1);
+  EXPECT_TRUE(IsOneLine(hibernate.err)) << hibernate.err;
+  EXPECT_NE(hibernate.err.find("memory_checkpoint"), std::string::npos) << hibernate.err;
+  EXPECT_EQ(Listed()[id], "running");
+  ProcessResult bad = Cli({"resume", "--memory", id});
+  EXPECT_EQ(bad.exit_code(), 2) << "resume takes no --memory: " << bad.err;
 }
 
 TEST_F(CliTest, ApiErrorsAreOneLineAndExit1) {

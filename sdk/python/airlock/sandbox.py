@@ -120,6 +120,7 @@ class Sandbox:
         metadata: Optional[Mapping[str, str]] = None,
         network: Optional[Mapping[str, Any]] = None,
         engine: Optional[str] = None,
+        auto_hibernate_seconds: Optional[int] = None,
         url: Optional[str] = None,
         api_key: Optional[str] = None,
         client: Optional[Client] = None,
@@ -130,13 +131,15 @@ class Sandbox:
         "deny": [...]}, e.g. {"mode": "allowlist", "allow": ["pypi.org"]}. `engine` is the
         isolation engine (Client.engines() lists them; default: the template's, else the
         daemon's); one that is unavailable or lacks what the sandbox needs is refused
-        (Conflict, naming what it lacks)."""
+        (Conflict, naming what it lacks). `auto_hibernate_seconds` hibernates the sandbox
+        (pause(memory=True)) after that long without a call that uses it; it needs an
+        engine with memory_checkpoint (gVisor)."""
         client = client or Client(url=url, api_key=api_key)
         body: Dict[str, Any] = {}
         for key, value in (
             ("template", template), ("ttl_seconds", ttl_seconds), ("cpus", cpus),
             ("memory_mb", memory_mb), ("pids_max", pids_max), ("disk_mb", disk_mb),
-            ("engine", engine),
+            ("engine", engine), ("auto_hibernate_seconds", auto_hibernate_seconds),
         ):
             if value is not None:
                 body[key] = value
@@ -286,13 +289,18 @@ class Sandbox:
                 raise
             # Keep the exception that ended the block; the sandbox's TTL still reclaims it.
 
-    def pause(self) -> "Sandbox":
-        """Freezes every process in the sandbox (memory is kept)."""
-        self._info = self._client.request("POST", self._path + "/pause").json()
+    def pause(self, memory: bool = False) -> "Sandbox":
+        """Freezes every process in the sandbox (memory is kept in place). With memory=True
+        the sandbox hibernates instead: its processes and memory are saved to disk and
+        nothing of it runs (state "hibernated") until resume(), which restores it where it
+        was. Needs an engine with memory_checkpoint (gVisor); Conflict otherwise, and while
+        a command runs in the foreground."""
+        body = {"memory": True} if memory else None
+        self._info = self._client.request("POST", self._path + "/pause", json_body=body).json()
         return self
 
     def resume(self) -> "Sandbox":
-        """Thaws a paused sandbox."""
+        """Thaws a paused sandbox, or restores a hibernated one where it was."""
         self._info = self._client.request("POST", self._path + "/resume").json()
         return self
 
