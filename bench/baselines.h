@@ -34,14 +34,16 @@ inline bool Have(const char* tool) {
 
 namespace detail {
 
-// posix_spawnp of `args` with stdout on /dev/null and, when `fd3` >= 0, `fd3` as the child's fd 3.
-inline Result<pid_t> Spawn(const std::vector<std::string>& args, int fd3 = -1) {
+// posix_spawnp of `args` with stdout on /dev/null (stderr too when `quiet`) and, when `fd3` >= 0,
+// `fd3` as the child's fd 3.
+inline Result<pid_t> Spawn(const std::vector<std::string>& args, int fd3 = -1, bool quiet = false) {
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  if (quiet) posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
   if (fd3 >= 0) posix_spawn_file_actions_adddup2(&fa, fd3, 3);
   pid_t pid = -1;
   const int rc = posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ);
@@ -52,11 +54,12 @@ inline Result<pid_t> Spawn(const std::vector<std::string>& args, int fd3 = -1) {
 
 }  // namespace detail
 
-// Runs `args` to completion (stdout to /dev/null) and returns its wall time in microseconds; an
-// error if it could not start or did not exit 0.
-inline Result<double> TimeCommand(const std::vector<std::string>& args) {
+// Runs `args` to completion (stdout to /dev/null; stderr too when `quiet`: a process that
+// outlives the command, as a restored runsc sandbox does, must not hold the caller's stderr) and
+// returns its wall time in microseconds; an error if it could not start or did not exit 0.
+inline Result<double> TimeCommand(const std::vector<std::string>& args, bool quiet = false) {
   const auto t0 = std::chrono::steady_clock::now();
-  auto pid = detail::Spawn(args);
+  auto pid = detail::Spawn(args, -1, quiet);
   if (!pid) return std::unexpected(pid.error());
   int status = 0;
   while (::waitpid(*pid, &status, 0) < 0 && errno == EINTR) {
