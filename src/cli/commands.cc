@@ -773,10 +773,13 @@ Lists the daemon's isolation engines: NAME AVAILABLE DEFAULT and what each can d
 cannot run here (with --json, the engines array as GET /v1/engines gives it).
 )";
 
-constexpr std::string_view kForkUsage = R"(usage: airlock fork [-n COUNT] ID
+constexpr std::string_view kForkUsage = R"(usage: airlock fork [-n COUNT] [--memory] ID
 
 Makes COUNT (default 1, at most 32) new sandboxes that start with a copy of sandbox ID's file
-system, and prints their ids, one per line. Processes and memory are not carried.
+system, and prints their ids, one per line. Processes and memory are not carried, unless:
+
+  --memory          each fork goes on from ID's processes and memory as well (engines with
+                    memory_fork: gVisor, for a sandbox without a network); ID runs on
 )";
 
 }  // namespace
@@ -796,7 +799,8 @@ const std::vector<Command>& Commands() {
       {"pause", "freeze a sandbox, or hibernate it (--memory)", kPauseUsage, CmdPause},
       {"template", "build, list and delete templates", kTemplateUsage, CmdTemplate},
       {"snapshot", "make a template from a sandbox's file system", kSnapshotUsage, CmdSnapshot},
-      {"fork", "copy a sandbox's file system into new sandboxes", kForkUsage, CmdFork},
+      {"fork", "copy a sandbox (files; with --memory, processes too) into new ones", kForkUsage,
+       CmdFork},
       {"resume", "thaw a paused sandbox, wake a hibernated one", kResumeUsage, CmdResume},
       {"keys", "create, list and revoke API keys (admin)", kKeysUsage, CmdKeys},
       {"engines", "list the isolation engines and what each can do", kEnginesUsage, CmdEngines},

@@ -216,7 +216,7 @@ Outcome<int> CmdSnapshot(const CommandArgs& in, Globals& globals) {
 }
 
 Outcome<int> CmdFork(const CommandArgs& in, Globals& globals) {
-  static const FlagSpec kFlags[] = {{"count", true, 'n'}};
+  static const FlagSpec kFlags[] = {{"count", true, 'n'}, {"memory", false}};
   auto args = Parse("fork", in, kFlags, globals);
   if (!args) return std::unexpected(args.error());
   if (args->help) return PrintUsage("fork");
@@ -230,6 +230,7 @@ Outcome<int> CmdFork(const CommandArgs& in, Globals& globals) {
     }
     request["count"] = n;
   }
+  if (args->Has("memory")) request["memory"] = true;
   auto api = Api::Connect(globals);
   if (!api) return std::unexpected(api.error());
   auto doc = api->CallJson("POST", SandboxTarget(args->positional[0], "/fork"), &request);

@@ -51,6 +51,9 @@ struct SandboxSpec {
   // its resolv.conf names.
   std::string netns;
   std::string nameserver;
+  // A MemoryImage (Engine::SaveMemoryImage) to start from instead of booting: its processes,
+  // memory and files, on `root` (which must be the saved sandbox's). "": a fresh sandbox.
+  std::string memory_image;
 };
 
 // What an engine can do on this host, as its probe found it. The daemon refuses a request that
@@ -87,6 +90,14 @@ struct Hibernation {
   uint64_t image_bytes = 0;  // the memory image, on disk under the engine's state dir
   // Replaces the sandbox's engine_state (what Adopt gets back while it is hibernated).
   std::string engine_state;
+};
+
+// A running sandbox's processes, memory and files saved for new sandboxes to start from
+// (Engine::SaveMemoryImage, SandboxSpec::memory_image).
+struct MemoryImage {
+  std::string id;            // "mem-...": names it to Create and RemoveMemoryImage
+  uint64_t bytes = 0;        // on disk
+  std::string engine_state;  // the saved sandbox's, which the save changed: it replaces it
 };
 
 // A sandbox's writable layer frozen into a read-only, content-addressed layer.
@@ -161,6 +172,12 @@ class Engine {
   // info's engine_state replaces the record's. On failure nothing of it runs and its image
   // stays (the caller records it failed; Destroy removes everything).
   [[nodiscard]] virtual Result<std::unique_ptr<Sandbox>> Wake(const std::string& id) = 0;
+  // Capabilities::memory_fork. Saves a running sandbox's processes, memory and files into an
+  // image that Create can start new sandboxes from (SandboxSpec::memory_image); the sandbox runs
+  // on, its agent channels closed. Refused as Hibernate is.
+  [[nodiscard]] virtual Result<MemoryImage> SaveMemoryImage(const std::string& id) = 0;
+  // Idempotent; the sandboxes made from it are not touched.
+  [[nodiscard]] virtual Status RemoveMemoryImage(const std::string& image) = 0;
 };
 
 // A sandbox as an engine's Create returns it: its info and the agent channel connected during

@@ -662,6 +662,82 @@ TEST_P(EngineConformance, ARestartedEngineAdoptsAndWakesAHibernatedSandbox) {
   EXPECT_TRUE(HostTraces(box.id).empty()) << HostTraces(box.id).Describe();
 }
 
+TEST_P(EngineConformance, SandboxesMadeFromAMemoryImageGoOnFromItsProcessesMemoryAndFiles) {
+  NEEDS(memory_fork);
+  Box parent = Make();
+  const int32_t pid = StartRememberer(*parent.client);
+  ASSERT_GT(pid, 0);
+  const auto [value, count] = Remembered(*parent.client);
+  ASSERT_TRUE(parent.client->WriteFile("/home/user/kept.txt", "from the parent"));
+  parent.client.reset();
+  auto image = engine_->SaveMemoryImage(parent.id);
+  ASSERT_TRUE(image) << image.error().message();
+  EXPECT_GT(image->bytes, 0u);
+  EXPECT_NE(image->engine_state, parent.engine_state) << "the save restarts the sandbox";
+  parent.engine_state = image->engine_state;
+  // The parent runs on, with its memory.
+  auto fd = engine_->ConnectAgent(parent.id);
+  ASSERT_TRUE(fd) << fd.error().message();
+  auto parent_client = p::BlockingClient::Connect(std::move(*fd));
+  ASSERT_TRUE(parent_client) << parent_client.error().message();
+  EXPECT_EQ(Remembered(*parent_client, count).first, value);
+
+  runtime::SandboxSpec spec;
+  spec.memory_image = image->id;
+  Box first = Make(spec);
+  Box second = Make(spec);
+  ASSERT_TRUE(first.client && second.client);
+  for (Box* child : {&first, &second}) {
+    // The same process with the same value, counting on from the parent's count.
+    EXPECT_EQ(Remembered(*child->client, count).first, value) << child->id;
+    EXPECT_EQ(child->client->ReadFile("/home/user/kept.txt").value_or(""), "from the parent");
+    bool listed = false;
+    for (const p::ProcessInfo& info :
+         child->client->ListProcesses().value_or(std::vector<p::ProcessInfo>{})) {
+      listed = listed || (info.pid == pid && info.running);
+    }
+    EXPECT_TRUE(listed) << "the agent's table in " << child->id << " lost the process";
+  }
+  // Each goes its own way: what one writes, the others do not see.
+  ASSERT_TRUE(first.client->WriteFile("/home/user/kept.txt", "first's own"));
+  ASSERT_TRUE(first.client->WriteFile("/tmp/only-first", "x"));
+  EXPECT_EQ(second.client->ReadFile("/home/user/kept.txt").value_or(""), "from the parent");
+  EXPECT_EQ(parent_client->ReadFile("/home/user/kept.txt").value_or(""), "from the parent");
+  EXPECT_FALSE(second.client->ReadFile("/tmp/only-first"));
+  EXPECT_FALSE(parent_client->ReadFile("/tmp/only-first"));
+  // The image goes; the sandboxes made from it stay.
+  ASSERT_TRUE(engine_->RemoveMemoryImage(image->id));
+  ASSERT_TRUE(engine_->RemoveMemoryImage(image->id)) << "a second remove is not an error";
+  EXPECT_EQ(Run(first, "echo still").stdout_data, "still\n");
+  runtime::SandboxSpec gone;
+  gone.memory_image = image->id;
+  gone.id = NewSandboxId();
+  auto refused = engine_->Create(gone);
+  ASSERT_FALSE(refused) << "made a sandbox from a removed image";
+  EXPECT_EQ(refused.error().code(), ErrorCode::kNotFound);
+  EXPECT_TRUE(HostTraces(gone.id).empty()) << HostTraces(gone.id).Describe();
+  for (Box* box : {&first, &second}) {
+    Destroy(box->id);
+    EXPECT_TRUE(HostTraces(box->id).empty()) << HostTraces(box->id).Describe();
+  }
+}
+
+TEST_P(EngineConformance, AnEngineWithoutMemoryForksSaysSo) {
+  if (can().memory_fork) GTEST_SKIP() << "it has memory_fork (the test above checks it)";
+  Box box = Make();
+  auto refused = engine_->SaveMemoryImage(box.id);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), ErrorCode::kFailedPrecondition);
+  EXPECT_NE(refused.error().message().find("memory_fork"), std::string::npos);
+  runtime::SandboxSpec spec;
+  spec.id = NewSandboxId();
+  spec.memory_image = "mem-abcdefghijklmnop";
+  auto create = engine_->Create(spec);
+  ASSERT_FALSE(create);
+  EXPECT_EQ(create.error().code(), ErrorCode::kFailedPrecondition);
+  EXPECT_EQ(Run(box, "echo running").stdout_data, "running\n") << "it must go on running";
+}
+
 TEST_P(EngineConformance, AnEngineWithoutMemoryCheckpointsSaysSo) {
   if (can().memory_checkpoint) GTEST_SKIP() << "it has memory_checkpoint (the tests above check it)";
   Box box = Make();

@@ -292,6 +292,72 @@ TEST_F(HibernateTest, ATtlRunsOnWhileHibernated) {
   EXPECT_TRUE(DirGone(id)) << "its memory image and files stayed after the TTL";
 }
 
+TEST_F(HibernateTest, AForkWithMemoryCarriesTheProcessesToEveryForkAndTheSourceRunsOn) {
+  const std::string id = CreateSandbox(R"({"engine": "gvisor", "metadata": {"team": "a"}})");
+  ASSERT_FALSE(id.empty());
+  Reply bg = daemon_->Call(http::verb::post, "/v1/sandboxes/" + id + "/exec",
+                           json{{"cmd", kRememberer}, {"background", true}}.dump());
+  ASSERT_EQ(bg.status, 200) << bg.body;
+  const auto [value, count] = Remembered(id);
+  ASSERT_FALSE(value.empty());
+  ASSERT_EQ(Run(id, "echo from-the-source > /home/user/kept.txt; echo ok"), "ok\n");
+
+  Reply forked = daemon_->Call(http::verb::post, "/v1/sandboxes/" + id + "/fork",
+                               R"({"count": 2, "memory": true})");
+  ASSERT_EQ(forked.status, 201) << forked.body << daemon_->Log();
+  const json doc = forked.Json();
+  EXPECT_TRUE(doc["memory_carried"].get<bool>()) << forked.body;
+  EXPECT_EQ(doc["layer"], "") << forked.body;
+  EXPECT_NE(doc["note"].get<std::string>().find("network connections"), std::string::npos);
+  ASSERT_EQ(doc["sandboxes"].size(), 2u) << forked.body;
+  std::vector<std::string> forks;
+  for (const json& f : doc["sandboxes"]) {
+    EXPECT_EQ(f["state"], "running");
+    EXPECT_EQ(f["engine"], "gvisor");
+    EXPECT_EQ(f["metadata"]["airlock.forked_from"], id);
+    EXPECT_EQ(f["metadata"]["team"], "a");
+    forks.push_back(f["id"]);
+  }
+  for (const std::string& f : forks) {
+    // The source's process, with the value it held in memory, goes on in each fork.
+    EXPECT_EQ(Remembered(f, count).first, value) << f;
+    EXPECT_EQ(Run(f, "cat /home/user/kept.txt"), "from-the-source\n") << f;
+  }
+  EXPECT_EQ(Remembered(id, count).first, value) << "the source does not run on";
+  // Each goes its own way.
+  ASSERT_EQ(Run(forks[0], "echo mine > /home/user/kept.txt; echo ok"), "ok\n");
+  EXPECT_EQ(Run(forks[1], "cat /home/user/kept.txt"), "from-the-source\n");
+  EXPECT_EQ(Run(id, "cat /home/user/kept.txt"), "from-the-source\n");
+  EXPECT_TRUE(std::filesystem::is_empty(daemon_->state_dir() + "/gvisor/memory-images"))
+      << "the fork's memory image stayed";
+
+  // A SIGKILLed daemon adopts the source (whose save restarted it) and the forks.
+  daemon_->Stop(SIGKILL);
+  ASSERT_TRUE(daemon_->Start());
+  for (const std::string& s : {id, forks[0], forks[1]}) {
+    EXPECT_EQ(daemon_->Call(http::verb::get, "/v1/sandboxes/" + s).Json()["state"], "running")
+        << s << daemon_->Log();
+    EXPECT_EQ(Run(s, "echo up"), "up\n") << s;
+  }
+  // What cannot be forked with memory says why.
+  const std::string jail = CreateSandbox(R"({"engine": "jail"})");
+  Reply refused = daemon_->Call(http::verb::post, "/v1/sandboxes/" + jail + "/fork",
+                                R"({"memory": true})");
+  EXPECT_EQ(refused.status, 409) << refused.body;
+  EXPECT_NE(refused.body.find("memory_fork"), std::string::npos) << refused.body;
+  EXPECT_EQ(daemon_->Call(http::verb::post, "/v1/sandboxes/" + id + "/fork", R"({"memory": 1})")
+                .status,
+            400);
+  ASSERT_EQ(Pause(id, "{}").status, 200);
+  Reply paused = daemon_->Call(http::verb::post, "/v1/sandboxes/" + id + "/fork",
+                               R"({"memory": true})");
+  EXPECT_EQ(paused.status, 409) << paused.body;
+  for (const std::string& s : {id, forks[0], forks[1]}) {
+    EXPECT_EQ(daemon_->Call(http::verb::delete_, "/v1/sandboxes/" + s).status, 204) << s;
+    EXPECT_TRUE(DirGone(s)) << s;
+  }
+}
+
 TEST_F(HibernateTest, AnIdleSandboxHibernatesByItselfAndUseKeepsItAwake) {
   const std::string id = CreateSandbox(R"({"engine": "gvisor", "auto_hibernate_seconds": 2})");
   ASSERT_FALSE(id.empty());

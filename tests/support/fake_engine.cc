@@ -100,6 +100,9 @@ Result<std::unique_ptr<runtime::Sandbox>> FakeEngine::Create(const runtime::Sand
     return Fail(ErrorCode::kInvalidArgument, "too many layers");
   }
   if (!spec.netns.empty()) return std::unexpected(runtime::Lacks(name_, "networking", "join a network"));
+  if (!spec.memory_image.empty()) {
+    return std::unexpected(runtime::Lacks(name_, "memory_fork", "start from a memory image"));
+  }
   const std::string dir = SandboxDir(spec.id);
   if (::mkdir(dir.c_str(), 0755) < 0) {
     if (errno == EEXIST) return Fail(ErrorCode::kAlreadyExists, "sandbox " + spec.id + " exists");
@@ -252,6 +255,14 @@ Result<runtime::Hibernation> FakeEngine::Hibernate(const std::string&) {
 
 Result<std::unique_ptr<runtime::Sandbox>> FakeEngine::Wake(const std::string&) {
   return std::unexpected(runtime::Lacks(name_, "memory_checkpoint", "wake a sandbox"));
+}
+
+Result<runtime::MemoryImage> FakeEngine::SaveMemoryImage(const std::string&) {
+  return std::unexpected(runtime::Lacks(name_, "memory_fork", "save a sandbox's memory"));
+}
+
+Status FakeEngine::RemoveMemoryImage(const std::string&) {
+  return std::unexpected(runtime::Lacks(name_, "memory_fork", "remove a memory image"));
 }
 
 }  // namespace airlock::testing

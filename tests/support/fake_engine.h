@@ -46,6 +46,8 @@ class FakeEngine : public runtime::Engine {
   Status Resume(const std::string& id) override;
   Result<runtime::Hibernation> Hibernate(const std::string& id) override;
   Result<std::unique_ptr<runtime::Sandbox>> Wake(const std::string& id) override;
+  Result<runtime::MemoryImage> SaveMemoryImage(const std::string& id) override;
+  Status RemoveMemoryImage(const std::string& image) override;
 
   std::string SandboxDir(const std::string& id) const;
   // The agent's pid of a live sandbox held here (0 if none).

@@ -438,10 +438,15 @@ class Sandbox:
         return Template.from_json(body)
 
     def fork(self, count: int = 1, ttl_seconds: Optional[int] = None,
-             metadata: Optional[Mapping[str, str]] = None) -> "List[Sandbox]":
+             metadata: Optional[Mapping[str, str]] = None,
+             memory: bool = False) -> "List[Sandbox]":
         """`count` new sandboxes that start with a copy of this one's file system
-        (copy-on-write). Processes and memory are not carried: each fork starts fresh."""
+        (copy-on-write). Processes and memory are not carried: each fork starts fresh; with
+        memory=True they are (each fork goes on from this sandbox's processes, memory and
+        /tmp; needs an engine with memory_fork, gVisor, and a sandbox without a network)."""
         body: Dict[str, Any] = {"count": count}
+        if memory:
+            body["memory"] = True
         if ttl_seconds is not None:
             body["ttl_seconds"] = ttl_seconds
         if metadata is not None:

@@ -43,6 +43,13 @@ def test_a_gvisor_sandbox_hibernates_and_resumes_with_its_memory(daemon: object)
             sbx.exec("true")
         assert sbx.resume().state == "running"
         assert sbx.exec("rm /tmp/seen; sleep 0.3; cat /tmp/seen").stdout == value
+        forks = sbx.fork(count=2, memory=True)
+        try:
+            for f in forks:
+                assert f.exec("rm /tmp/seen; sleep 0.3; cat /tmp/seen").stdout == value
+        finally:
+            for f in forks:
+                f.kill()
     with Sandbox.create(engine="jail", ttl_seconds=120) as jail:
         with pytest.raises(ConflictError) as e:
             jail.pause(memory=True)

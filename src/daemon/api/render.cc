@@ -318,15 +318,20 @@ std::string RenderEvent(const Event& event) {
   return Dump(doc) + "\n";
 }
 
-std::string RenderFork(std::span<const SandboxView> sandboxes, const std::string& layer) {
+std::string RenderFork(std::span<const SandboxView> sandboxes, const std::string& layer,
+                       bool memory_carried) {
   json list = json::array();
   for (const auto& s : sandboxes) list.push_back(SandboxJson(s));
-  return Dump(json{{"sandboxes", std::move(list)},
-                   {"layer", layer},
-                   {"memory_carried", false},
-                   {"note",
-                    "the jail engine copies the file system only (not /tmp): processes and memory "
-                    "start fresh in each fork"}});
+  return Dump(json{
+      {"sandboxes", std::move(list)},
+      {"layer", layer},
+      {"memory_carried", memory_carried},
+      {"note", memory_carried
+                   ? "each fork goes on from the source's processes, memory, /tmp and files as "
+                     "they were at the fork, with the source's hostname and environment; open "
+                     "network connections are not carried (a fork with memory has no network)"
+                   : "the file system is copied (not /tmp): processes and memory start fresh in "
+                     "each fork"}});
 }
 
 }  // namespace airlock::api

@@ -105,8 +105,10 @@ std::string RenderTemplate(const TemplateView& view);
 // {"templates": [ ... ]}; a template owned by a tenant also has "tenant".
 std::string RenderTemplateList(std::span<const TemplateView> views);
 
-// The answer to a fork: {"sandboxes": [...], "layer", "memory_carried": false, "note"}.
-std::string RenderFork(std::span<const SandboxView> sandboxes, const std::string& layer);
+// The answer to a fork: {"sandboxes": [...], "layer", "memory_carried", "note"}: `layer` the
+// snapshot the forks start from ("" for a fork with memory, whose files are copied with it).
+std::string RenderFork(std::span<const SandboxView> sandboxes, const std::string& layer,
+                       bool memory_carried);
 
 struct ExecResultView {
   int32_t exit_code = -1;  // as the agent reports it: -1 when killed by a signal

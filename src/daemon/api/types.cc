@@ -1018,8 +1018,10 @@ Result<ForkRequest> ForkRequest::FromJson(std::string_view body) {
   if (body.empty()) return req;
   json doc;
   AIRLOCK_TRY_ASSIGN(doc, ParseJsonObject(body));
-  AIRLOCK_TRY(RejectUnknownFields(doc, "request body", {"count", "ttl_seconds", "metadata"}));
+  AIRLOCK_TRY(
+      RejectUnknownFields(doc, "request body", {"count", "ttl_seconds", "metadata", "memory"}));
   if (doc.contains("count")) AIRLOCK_TRY_ASSIGN(req.count, GetInt(doc["count"], "count", 1, kMaxForkCount));
+  if (doc.contains("memory")) AIRLOCK_TRY_ASSIGN(req.memory, GetBool(doc["memory"], "memory"));
   if (doc.contains("ttl_seconds")) {
     AIRLOCK_TRY_ASSIGN(req.ttl_seconds, GetInt(doc["ttl_seconds"], "ttl_seconds", 1, kMaxTtlSeconds));
   }

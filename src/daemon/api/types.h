@@ -224,10 +224,14 @@ struct SnapshotRequest {
   [[nodiscard]] static Result<SnapshotRequest> FromJson(std::string_view body);
 };
 
-// POST /v1/sandboxes/{id}/fork: {"count"?: 1..kMaxForkCount, "ttl_seconds"?, "metadata"?}.
+// POST /v1/sandboxes/{id}/fork: {"count"?: 1..kMaxForkCount, "ttl_seconds"?, "metadata"?,
+// "memory"?: bool}.
 inline constexpr int64_t kMaxForkCount = 32;
 struct ForkRequest {
   int64_t count = 1;
+  // Carry the source's processes and memory too (Capabilities::memory_fork): each fork is
+  // restored from one memory image of the source, which runs on.
+  bool memory = false;
   int64_t ttl_seconds = kDefaultTtlSeconds;
   std::optional<Metadata> metadata;  // default: the source's, plus airlock.forked_from
   std::string tenant{kAdminTenant};  // the forks' owner: set by the router, not the body

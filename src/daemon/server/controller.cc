@@ -50,6 +50,9 @@ Result<runtime::Engine*> Controller::ChooseEngine(const std::string& requested,
   if (network.mode() != net::NetworkMode::kNone && !can.networking) {
     return std::unexpected(runtime::Lacks(name, "networking", "give a sandbox a network"));
   }
+  if (!origin.memory_image.empty() && !can.memory_fork) {
+    return std::unexpected(runtime::Lacks(name, "memory_fork", "start from a memory image"));
+  }
   return engine;
 }
 
@@ -217,6 +220,7 @@ Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest&
   spec.root.layers = origin.layers;
   spec.limits = request.limits;
   spec.env = record.env;
+  spec.memory_image = origin.memory_image;
   std::optional<net::Attachment> network;
   if (linked) {
     auto attached = networks_->Attach(id, request.network);  // mode none: parked

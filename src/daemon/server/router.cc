@@ -427,7 +427,7 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
       if (!forked) return ErrorReply(forked.error());
       std::vector<api::SandboxView> views;
       for (const SandboxRecord& r : forked->sandboxes) views.push_back(ToView(r));
-      return {201, api::RenderFork(views, forked->layer), ""};
+      return {201, api::RenderFork(views, forked->layer, fork->memory), ""};
     }
     case Route::kResume:
       return SandboxReply(200, controller_.Resume(id));

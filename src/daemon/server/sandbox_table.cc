@@ -181,6 +181,20 @@ Result<runtime::LayerSnapshot> SandboxTable::SnapshotLayer(const std::string& id
   return held->engine->SnapshotLayer(id);
 }
 
+Result<runtime::MemoryImage> SandboxTable::SaveMemoryImage(const std::string& id) {
+  std::shared_ptr<HeldSandbox> held = Find(id);
+  if (!held) return Fail(ErrorCode::kNotFound, "sandbox " + id + " is not held by this daemon");
+  std::lock_guard lock(held->lifecycle_mu);
+  held->DropIdle();
+  auto image = held->engine->SaveMemoryImage(id);
+  if (!image) return image;
+  if (auto recorded = store_.SetEngineState(id, image->engine_state); !recorded) {
+    (void)held->engine->RemoveMemoryImage(image->id);
+    return std::unexpected(recorded.error());
+  }
+  return image;
+}
+
 Error SandboxTable::Explain(const std::string& id, Error error) {
   auto now = Visible(id);
   if (!now) return std::move(now.error());

@@ -147,6 +147,10 @@ class SandboxTable {
   // The engine's snapshot of a held sandbox's writable layer, under its lifecycle lock (no
   // pause, resume or destroy while it is frozen for the copy).
   Result<runtime::LayerSnapshot> SnapshotLayer(const std::string& id);
+  // The engine's memory image of a held, running sandbox (runtime::Engine::SaveMemoryImage),
+  // under its lifecycle lock, its idle channels dropped first (the agent closes them); the
+  // record takes the engine state the save left.
+  Result<runtime::MemoryImage> SaveMemoryImage(const std::string& id);
   // After an operation failed: the sandbox's state if it no longer fits (the destroy or pause
   // that interrupted it), else `error`.
   Error Explain(const std::string& id, Error error);

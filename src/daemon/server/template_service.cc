@@ -661,7 +661,7 @@ Result<TemplateRecord> SnapshotService::Snapshot(const std::string& id,
 
 Result<SnapshotService::Forked> SnapshotService::Fork(const std::string& id,
                                                       const api::ForkRequest& request) {
-  auto source = Source(id);
+  auto source = request.memory ? sandboxes_.Visible(id) : Source(id);
   if (!source) return std::unexpected(source.error());
   api::CreateSandboxRequest like;
   like.template_name = source->template_name;
@@ -674,6 +674,7 @@ Result<SnapshotService::Forked> SnapshotService::Fork(const std::string& id,
   like.network =
       NetworkPolicyOf(*source);  // each fork gets a network of its own under the same policy
   like.engine = source->engine;
+  if (request.memory) return ForkWithMemory(*source, std::move(like), request);
   auto workdir = source->resources.find(kWorkdir);
 
   // Under the keeper's lock until the forks' records name the new layer.
@@ -697,6 +698,58 @@ Result<SnapshotService::Forked> SnapshotService::Fork(const std::string& id,
   }
   spdlog::info("forked {} into {} sandbox(es) (layer {}: {} files, {} bytes)", id, request.count,
                layer->digest, layer->files, layer->bytes);
+  return forked;
+}
+
+Result<SnapshotService::Forked> SnapshotService::ForkWithMemory(
+    const SandboxRecord& source, api::CreateSandboxRequest like, const api::ForkRequest& request) {
+  const std::string& id = source.id;
+  // Its agent must answer for the save: running, not paused.
+  const store::SandboxState running[] = {store::SandboxState::kRunning};
+  if (auto st = store::RequireState(id, source.state, running); !st) {
+    return std::unexpected(st.error());
+  }
+  auto engine = sandboxes_.EngineOf(source);
+  if (!engine) return std::unexpected(engine.error());
+  const runtime::Capabilities& can = (*engine)->capabilities();
+  const std::string name((*engine)->name());
+  if (!can.memory_fork) {
+    return std::unexpected(runtime::Lacks(name, "memory_fork", "fork a sandbox with its memory"));
+  }
+  if (like.network.mode() != net::NetworkMode::kNone && !can.memory_checkpoint_network) {
+    return std::unexpected(runtime::Lacks(name, "memory_checkpoint_network",
+                                          "fork a sandbox with a network with its memory"));
+  }
+  // The layers stay the source's (its files come with the image): the keeper keeps them.
+  auto layers_lock = layers_.Hold();
+  auto image = sandboxes_.SaveMemoryImage(id);
+  if (!image) return std::unexpected(image.error().Wrap("forking " + id));
+  SandboxOrigin origin;
+  origin.layers = source.layers;
+  origin.root = RootOf(source);
+  if (auto workdir = source.resources.find(kWorkdir); workdir != source.resources.end()) {
+    origin.workdir = workdir->second;
+  }
+  origin.memory_image = image->id;
+  Forked forked;
+  Status made_all;
+  for (int64_t i = 0; i < request.count && made_all; ++i) {
+    auto made = maker_.create(like, origin);
+    if (!made) {
+      made_all = std::unexpected(made.error().Wrap("forking " + id));
+    } else {
+      forked.sandboxes.push_back(std::move(*made));
+    }
+  }
+  if (auto st = (*engine)->RemoveMemoryImage(image->id); !st) {
+    spdlog::error("forking {}: {}", id, st.error().message());
+  }
+  if (!made_all) {
+    for (const SandboxRecord& r : forked.sandboxes) (void)maker_.destroy(r.id);
+    return std::unexpected(made_all.error());
+  }
+  spdlog::info("forked {} with its memory into {} sandbox(es) (image of {} bytes)", id,
+               request.count, image->bytes);
   return forked;
 }
 

@@ -47,6 +47,8 @@ struct SandboxOrigin {
   std::string workdir;
   std::string root{api::kRootHostUsr};  // what the layers stack on
   std::string engine;                   // the template's engine ("": none named)
+  // A memory image to start from (runtime::SandboxSpec::memory_image): a fork with memory.
+  std::string memory_image;
 };
 
 // A create request with its template's settings applied (env, limits), what the sandbox is made
@@ -170,6 +172,10 @@ class SnapshotService {
   [[nodiscard]] Result<Forked> Fork(const std::string& id, const api::ForkRequest& request);
 
  private:
+  // Fork's with memory: one memory image of the source (which runs on), each fork restored
+  // from it on the source's own layers; the image goes once they are made.
+  Result<Forked> ForkWithMemory(const store::SandboxRecord& source, api::CreateSandboxRequest like,
+                                const api::ForkRequest& request);
   // The sandbox a snapshot or fork starts from: running or paused, with room for a layer.
   Result<store::SandboxRecord> Source(const std::string& id);
 

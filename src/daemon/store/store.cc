@@ -614,6 +614,10 @@ Result<SandboxRecord> Store::SetRuntimeInfo(std::string_view id, std::string eng
   });
 }
 
+Result<SandboxRecord> Store::SetEngineState(std::string_view id, std::string state) {
+  return EditUnlessDestroyed(id, [&](SandboxRecord& r) { r.engine_state = std::move(state); });
+}
+
 Result<SandboxRecord> Store::SetResource(std::string_view id, const std::string& key,
                                          const std::string& value) {
   return EditUnlessDestroyed(id, [&](SandboxRecord& r) {

@@ -208,6 +208,9 @@ class Store {
   [[nodiscard]] Result<SandboxRecord> SetRuntimeInfo(std::string_view id, std::string engine_state,
                                                      std::map<std::string, std::string> resources);
 
+  // Replaces what the engine keeps (a save with memory restarts a sandbox). Refused (409) once
+  // destroyed.
+  [[nodiscard]] Result<SandboxRecord> SetEngineState(std::string_view id, std::string state);
   // Sets one entry of the record's resources ("" removes it). Refused (409) once destroyed.
   [[nodiscard]] Result<SandboxRecord> SetResource(std::string_view id, const std::string& key,
                                                   const std::string& value);

@@ -385,6 +385,7 @@ GvisorEngine::GvisorEngine(GvisorOptions options) : options_(std::move(options))
   capabilities_.layer_snapshot = true;
   // runsc checkpoint / restore, for sandboxes without a network (Hibernate).
   capabilities_.memory_checkpoint = true;
+  capabilities_.memory_fork = true;  // SaveMemoryImage, and creates from the image
   capabilities_.host_usr_root = true;  // the host's /usr bound in read-only
   // The daemon's namespace, joined through the spec with runsc's host networking in it (this
   // runsc's own stack refuses to start on kernels since 6.x: docs/design/gvisor.md): the daemon's
@@ -419,8 +420,12 @@ Result<std::unique_ptr<GvisorEngine>> GvisorEngine::Open(GvisorOptions options) 
   }
   if (!options.layers) return Fail(ErrorCode::kInvalidArgument, "no layer store");
   std::unique_ptr<GvisorEngine> e(new GvisorEngine(std::move(options)));
+  // Memory images live as long as the fork that made them; what a crash left goes now.
+  std::error_code ec;
+  fs::remove_all(e->options_.state_dir + "/gvisor/memory-images", ec);
   for (const std::string& dir :
-       {e->options_.state_dir + "/gvisor", e->options_.state_dir + "/gvisor/sandboxes"}) {
+       {e->options_.state_dir + "/gvisor", e->options_.state_dir + "/gvisor/sandboxes",
+        e->options_.state_dir + "/gvisor/memory-images"}) {
     if (auto st = MakeDir(dir, 0700); !st) return std::unexpected(st.error());
   }
   if (auto st = e->PrepareSkeletons(); !st) return std::unexpected(st.error());
@@ -544,6 +549,18 @@ Result<std::unique_ptr<runtime::Sandbox>> GvisorEngine::Create(const SandboxSpec
       return Fail(ErrorCode::kNotFound, "layer " + layer + " does not exist");
     }
   }
+  if (!spec.memory_image.empty()) {
+    if (!spec.memory_image.starts_with("mem-") ||
+        !ValidateSandboxId("sbx-" + spec.memory_image.substr(4)) ||
+        !fs::is_directory(MemoryImageDir(spec.memory_image) + "/checkpoint")) {
+      return Fail(ErrorCode::kNotFound, "memory image " + spec.memory_image + " does not exist");
+    }
+    if (!spec.netns.empty()) {
+      return Fail(ErrorCode::kFailedPrecondition,
+                  "a sandbox from a memory image cannot have a network on gVisor here (runsc "
+                  "cannot save one on its host networking)");
+    }
+  }
   // The directory is the claim on the id: of two creates of one id exactly one goes on.
   const std::string dir = SandboxDir(spec.id);
   if (::mkdir(dir.c_str(), 0700) < 0) {
@@ -565,6 +582,14 @@ Result<std::unique_ptr<runtime::Sandbox>> GvisorEngine::Create(const SandboxSpec
   if (::mount("tmpfs", disk.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, disk_opts.c_str()) < 0) {
     return fail(ErrnoError("mounting the writable layer", errno));
   }
+  // From a memory image: its files as the saved memory knows them (the writable layer of the
+  // sandbox it was saved from, the guest files with it).
+  const std::string image = spec.memory_image.empty() ? "" : MemoryImageDir(spec.memory_image);
+  if (!image.empty()) {
+    auto copied = RunProgramOk({"cp", "-a", "--", image + "/upper", disk + "/upper"}, "",
+                               kRunscTimeout);
+    if (!copied) return fail(copied.error().Wrap("copying the memory image's files"));
+  }
   for (const char* sub : {"/upper", "/work"}) {
     if (auto st = MakeDir(disk + sub, 0755); !st) return fail(st.error());
   }
@@ -584,10 +609,25 @@ Result<std::unique_ptr<runtime::Sandbox>> GvisorEngine::Create(const SandboxSpec
     return fail(ErrnoError("mounting the root overlay", errno));
   }
   layer_fds.clear();
-  if (auto st = WriteGuestFiles(rootfs, spec); !st) return fail(st.error());
+  if (image.empty()) {
+    if (auto st = WriteGuestFiles(rootfs, spec); !st) return fail(st.error());
+  }
   const json config = RuntimeSpec(spec, dir, options_.agent_path, SeccompPath(), top_dirs_,
                                   usr_dirs_, options_.cgroup_parent);
   if (auto st = WriteText(dir + "/config.json", config.dump(1), 0600); !st) return fail(st.error());
+  if (!image.empty()) {
+    {
+      std::lock_guard lock(mu_);
+      live_.insert(spec.id);
+    }
+    auto restored = RestoreFrom(spec.id, image + "/checkpoint");
+    if (!restored) return fail(restored.error());
+    SandboxInfo info;
+    info.id = spec.id;
+    info.engine_state = json{{"pid", restored->second}}.dump();
+    return std::make_unique<runtime::CreatedSandbox>(std::move(info),
+                                                     std::move(restored->first));
+  }
 
   const std::string log = ConsoleLog(dir);
   std::vector<std::string> argv = RunscFlags(spec.id, !spec.netns.empty());
@@ -805,86 +845,74 @@ Status GvisorEngine::Resume(const std::string& id) {
   return Runsc(id, "resume");
 }
 
-Result<runtime::Hibernation> GvisorEngine::Hibernate(const std::string& id) {
-  if (auto st = ValidateSandboxId(id); !st) return std::unexpected(st.error());
+Status GvisorEngine::CheckSaveable(const std::string& id) {
+  if (auto st = ValidateSandboxId(id); !st) return st;
   if (!Holds(id)) return Fail(ErrorCode::kNotFound, "sandbox " + id + " is not held here");
   if (IsHibernated(id)) {
-    return Fail(ErrorCode::kFailedPrecondition, "sandbox " + id + " is hibernated already");
+    return Fail(ErrorCode::kFailedPrecondition, "sandbox " + id + " is hibernated");
   }
-  const std::string dir = SandboxDir(id);
-  if (HasNetwork(dir)) {
+  if (HasNetwork(SandboxDir(id))) {
     return Fail(ErrorCode::kFailedPrecondition,
                 "sandbox " + id + " has a network, and runsc cannot save a sandbox on its host "
                 "networking (gVisor's own network stack does not start on this kernel: "
-                "docs/design/gvisor.md); only a sandbox made with network mode \"none\" "
-                "hibernates on gVisor here");
+                "docs/design/gvisor.md); only a sandbox made with network mode \"none\" can be "
+                "saved with its memory on gVisor here");
   }
+  return {};
+}
+
+Status GvisorEngine::SaveTo(const std::string& id, const std::string& image) {
+  const std::string dir = SandboxDir(id);
   const std::string wake = dir + "/run/" + kWakeFile;
   if (::unlink(wake.c_str()) < 0 && errno != ENOENT) return FailErrno("removing " + wake, errno);
   // The agent closes its listener and every channel (a host socket cannot be saved), or refuses
   // while something is in progress; the sandbox runs on either way.
   auto fd = ConnectSocketIn(dir + "/run");
-  if (!fd) return std::unexpected(fd.error().Wrap("hibernating " + id));
+  if (!fd) return std::unexpected(fd.error());
   auto client = protocol::BlockingClient::Connect(std::move(*fd), "airlock gVisor engine");
-  if (!client) return std::unexpected(client.error().Wrap("hibernating " + id));
+  if (!client) return std::unexpected(client.error());
   if (auto st = client->Quiesce(std::string(kRunInside) + "/" + kWakeFile); !st) {
-    return std::unexpected(st.error().Wrap("hibernating " + id + ": the agent"));
+    return std::unexpected(st.error().Wrap("the agent"));
   }
-  const std::string image = dir + "/" + kMemoryImage;
-  const std::string partial = image + ".partial";
   std::error_code ec;
-  fs::remove_all(partial, ec);
   fs::remove_all(image, ec);
   const std::string log = ConsoleLog(dir);
   auto ran = RunLogged({options_.runsc_path, "--root", RunscRoot(id), "checkpoint",
-                        "--image-path", partial, id},
+                        "--image-path", image, id},
                        log, kRunscTimeout);
-  if (!ran || *ran != 0) {
-    Error why = ran ? Error(ErrorCode::kInternal, "runsc checkpoint exited " +
-                                                      std::to_string(*ran) + ": " + Tail(log))
-                    : ran.error();
-    fs::remove_all(partial, ec);
-    // A checkpoint refused before it began leaves the sandbox running: its agent is woken and
-    // listens again. One that failed midway leaves it stopped (runsc's own doing): it is gone.
-    auto state = State(id);
-    if (state && state->first == "running") {
-      if (auto st = WriteText(wake, "", 0600); st && AwaitAgent(id)) {
-        return std::unexpected(why.Wrap("hibernating " + id + " (it runs on)"));
-      }
+  if (ran && *ran == 0) return {};
+  Error why = ran ? Error(ErrorCode::kInternal,
+                          "runsc checkpoint exited " + std::to_string(*ran) + ": " + Tail(log))
+                  : ran.error();
+  fs::remove_all(image, ec);
+  // A checkpoint refused before it began leaves the sandbox running: its agent is woken and
+  // listens again. One that failed midway leaves it stopped (runsc's own doing): it is gone.
+  auto state = State(id);
+  if (state && state->first == "running") {
+    if (auto st = WriteText(wake, "", 0600); st && AwaitAgent(id)) {
+      return std::unexpected(why.Wrap("(it runs on)"));
     }
-    (void)StopProcesses(id);
-    return std::unexpected(why.Wrap("hibernating " + id + " (it stopped)"));
   }
-  if (::rename(partial.c_str(), image.c_str()) < 0) {
-    return FailErrno("hibernating " + id + ": renaming its image", errno);
-  }
-  // The Sentry ends after the checkpoint; what is left of the sandbox's processes and runsc's
-  // record of it goes, so that the restore starts clean under the same id.
-  if (auto st = StopProcesses(id); !st) return std::unexpected(st.error());
-  fs::remove_all(RunscRoot(id), ec);
-  if (auto st = MakeDir(RunscRoot(id), 0700); !st) return std::unexpected(st.error());
-  {
-    std::lock_guard lock(mu_);
-    hibernated_.insert(id);
-  }
-  return runtime::Hibernation{.image_bytes = TreeBytes(image),
-                              .engine_state = json{{"hibernated", true}}.dump()};
+  (void)StopProcesses(id);
+  return std::unexpected(why.Wrap("(it stopped)"));
 }
 
-Result<std::unique_ptr<runtime::Sandbox>> GvisorEngine::Wake(const std::string& id) {
-  if (auto st = ValidateSandboxId(id); !st) return std::unexpected(st.error());
-  if (!Holds(id)) return Fail(ErrorCode::kNotFound, "sandbox " + id + " is not held here");
-  if (!IsHibernated(id)) {
-    return Fail(ErrorCode::kFailedPrecondition, "sandbox " + id + " is not hibernated");
-  }
+Status GvisorEngine::ClearRun(const std::string& id) {
+  // The Sentry ends after a checkpoint; what is left of the sandbox's processes and runsc's
+  // record of it goes, so that a restore starts clean under the same id.
+  Status stopped = StopProcesses(id);
+  std::error_code ec;
+  fs::remove_all(RunscRoot(id), ec);
+  if (auto st = MakeDir(RunscRoot(id), 0700); !st) return st;
+  return stopped;
+}
+
+Result<std::pair<UniqueFd, int>> GvisorEngine::RestoreFrom(const std::string& id,
+                                                           const std::string& image) {
   const std::string dir = SandboxDir(id);
-  const std::string image = dir + "/" + kMemoryImage;
-  auto fail = [&](Error e) -> Result<std::unique_ptr<runtime::Sandbox>> {
-    (void)StopProcesses(id);
-    std::error_code ec;
-    fs::remove_all(RunscRoot(id), ec);
-    (void)MakeDir(RunscRoot(id), 0700);
-    return std::unexpected(std::move(e).Wrap("waking " + id));
+  auto fail = [&](Error e) -> Result<std::pair<UniqueFd, int>> {
+    (void)ClearRun(id);
+    return std::unexpected(std::move(e));
   };
   // The agent looks for this as soon as it runs again.
   if (auto st = WriteText(dir + "/run/" + kWakeFile, "", 0600); !st) return fail(st.error());
@@ -904,6 +932,31 @@ Result<std::unique_ptr<runtime::Sandbox>> GvisorEngine::Wake(const std::string& 
   if (!channel) return fail(channel.error());
   auto pid = ReadPid(dir);
   if (!pid) return fail(pid.error());
+  return std::pair{std::move(*channel), *pid};
+}
+
+Result<runtime::Hibernation> GvisorEngine::Hibernate(const std::string& id) {
+  if (auto st = CheckSaveable(id); !st) return std::unexpected(st.error().Wrap("hibernating " + id));
+  const std::string image = SandboxDir(id) + "/" + kMemoryImage;
+  if (auto st = SaveTo(id, image); !st) return std::unexpected(st.error().Wrap("hibernating " + id));
+  if (auto st = ClearRun(id); !st) return std::unexpected(st.error());
+  {
+    std::lock_guard lock(mu_);
+    hibernated_.insert(id);
+  }
+  return runtime::Hibernation{.image_bytes = TreeBytes(image),
+                              .engine_state = json{{"hibernated", true}}.dump()};
+}
+
+Result<std::unique_ptr<runtime::Sandbox>> GvisorEngine::Wake(const std::string& id) {
+  if (auto st = ValidateSandboxId(id); !st) return std::unexpected(st.error());
+  if (!Holds(id)) return Fail(ErrorCode::kNotFound, "sandbox " + id + " is not held here");
+  if (!IsHibernated(id)) {
+    return Fail(ErrorCode::kFailedPrecondition, "sandbox " + id + " is not hibernated");
+  }
+  const std::string image = SandboxDir(id) + "/" + kMemoryImage;
+  auto restored = RestoreFrom(id, image);
+  if (!restored) return std::unexpected(restored.error().Wrap("waking " + id));
   std::error_code ec;
   fs::remove_all(image, ec);  // spent: the sandbox has moved on from it
   {
@@ -912,8 +965,52 @@ Result<std::unique_ptr<runtime::Sandbox>> GvisorEngine::Wake(const std::string& 
   }
   SandboxInfo info;
   info.id = id;
-  info.engine_state = json{{"pid", *pid}}.dump();
-  return std::make_unique<runtime::CreatedSandbox>(std::move(info), std::move(*channel));
+  info.engine_state = json{{"pid", restored->second}}.dump();
+  return std::make_unique<runtime::CreatedSandbox>(std::move(info), std::move(restored->first));
+}
+
+std::string GvisorEngine::MemoryImageDir(const std::string& image) const {
+  return options_.state_dir + "/gvisor/memory-images/" + image;
+}
+
+Result<runtime::MemoryImage> GvisorEngine::SaveMemoryImage(const std::string& id) {
+  if (auto st = CheckSaveable(id); !st) {
+    return std::unexpected(st.error().Wrap("saving the memory of " + id));
+  }
+  runtime::MemoryImage saved;
+  saved.id = "mem-" + NewSandboxId().substr(4);
+  const std::string dir = MemoryImageDir(saved.id);
+  if (::mkdir(dir.c_str(), 0700) < 0) return FailErrno("mkdir " + dir, errno);
+  auto fail = [&](Error e) -> Result<runtime::MemoryImage> {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    return std::unexpected(std::move(e).Wrap("saving the memory of " + id));
+  };
+  if (auto st = SaveTo(id, dir + "/checkpoint"); !st) return fail(st.error());
+  // The files as the memory knows them: the sandbox's writable layer at the checkpoint (it is
+  // stopped until the restore below).
+  auto copied = RunProgramOk(
+      {"cp", "-a", "--", SandboxDir(id) + "/disk/upper", dir + "/upper"}, "", kRunscTimeout);
+  // The sandbox goes on from its own image, whatever happened to the copy.
+  (void)ClearRun(id);
+  auto restored = RestoreFrom(id, dir + "/checkpoint");
+  if (!restored) {
+    return fail(restored.error().Wrap("restoring it after the save (it is stopped)"));
+  }
+  if (!copied) return fail(copied.error().Wrap("copying its writable layer"));
+  saved.bytes = TreeBytes(dir);
+  saved.engine_state = json{{"pid", restored->second}}.dump();
+  return saved;
+}
+
+Status GvisorEngine::RemoveMemoryImage(const std::string& image) {
+  if (!image.starts_with("mem-") || !ValidateSandboxId("sbx-" + image.substr(4))) {
+    return Fail(ErrorCode::kInvalidArgument, "not a memory image: " + image);
+  }
+  std::error_code ec;
+  fs::remove_all(MemoryImageDir(image), ec);
+  if (ec) return Fail(ErrorCode::kInternal, "removing memory image " + image + ": " + ec.message());
+  return {};
 }
 
 Status GvisorEngine::Probe() {

@@ -70,6 +70,12 @@ class GvisorEngine : public runtime::Engine {
   // once it sees the wake file the engine made in its directory.
   Result<std::unique_ptr<runtime::Sandbox>> Wake(const std::string& id) override;
 
+  // A memory image in <state>/gvisor/memory-images/<image>/: `checkpoint/` (runsc's) and
+  // `upper/` (a copy of the sandbox's writable layer at the checkpoint). The sandbox is restored
+  // from it and runs on. Only a sandbox without a network (as Hibernate).
+  Result<runtime::MemoryImage> SaveMemoryImage(const std::string& id) override;
+  Status RemoveMemoryImage(const std::string& image) override;
+
   std::string SandboxDir(const std::string& id) const;
 
  private:
@@ -92,6 +98,18 @@ class GvisorEngine : public runtime::Engine {
   Status StopProcesses(const std::string& id);
   // The runsc flags a sandbox was started with, which its restore repeats.
   std::vector<std::string> RunscFlags(const std::string& id, bool networked) const;
+  std::string MemoryImageDir(const std::string& image) const;
+  // Whether a sandbox held here can be saved with its memory now: running (not hibernated),
+  // without a network.
+  Status CheckSaveable(const std::string& id);
+  // Quiesces the agent and checkpoints the sandbox to `image`; it stops. On failure it runs on
+  // if it could be woken, else it is stopped (the error says which).
+  Status SaveTo(const std::string& id, const std::string& image);
+  // After a checkpoint: whatever of the sandbox still runs is stopped, runsc's record cleared.
+  Status ClearRun(const std::string& id);
+  // Restores the sandbox (its bundle in its directory) from `image`: its agent channel and pid.
+  // On failure nothing of it runs.
+  Result<std::pair<UniqueFd, int>> RestoreFrom(const std::string& id, const std::string& image);
   // Waits for the agent's socket in the sandbox's directory: the channel, or why not (with the
   // end of its console log).
   Result<UniqueFd> AwaitAgent(const std::string& id);

@@ -255,6 +255,9 @@ Status JailEngine::PrepareTemplates() {
 
 Result<std::unique_ptr<runtime::Sandbox>> JailEngine::Create(const SandboxSpec& spec) {
   if (auto st = ValidateSandboxId(spec.id); !st) return std::unexpected(st.error());
+  if (!spec.memory_image.empty()) {
+    return std::unexpected(runtime::Lacks(name(), "memory_fork", "start from a memory image"));
+  }
   const runtime::RootSpec& root = spec.root;
   if (!root.host_usr && root.layers.empty()) {
     return Fail(ErrorCode::kInvalidArgument,
@@ -637,6 +640,14 @@ Result<runtime::Hibernation> JailEngine::Hibernate(const std::string&) {
 
 Result<std::unique_ptr<runtime::Sandbox>> JailEngine::Wake(const std::string&) {
   return std::unexpected(runtime::Lacks(name(), "memory_checkpoint", "wake a sandbox"));
+}
+
+Result<runtime::MemoryImage> JailEngine::SaveMemoryImage(const std::string&) {
+  return std::unexpected(runtime::Lacks(name(), "memory_fork", "save a sandbox's memory"));
+}
+
+Status JailEngine::RemoveMemoryImage(const std::string&) {
+  return std::unexpected(runtime::Lacks(name(), "memory_fork", "remove a memory image"));
 }
 
 Status JailEngine::Probe() {

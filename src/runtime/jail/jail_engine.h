@@ -63,6 +63,8 @@ class JailEngine : public runtime::Engine {
   Status Resume(const std::string& id) override;
   Result<runtime::Hibernation> Hibernate(const std::string& id) override;
   Result<std::unique_ptr<runtime::Sandbox>> Wake(const std::string& id) override;
+  Result<runtime::MemoryImage> SaveMemoryImage(const std::string& id) override;
+  Status RemoveMemoryImage(const std::string& image) override;
 
   const CgroupLayout& cgroup_layout() const { return layout_; }
   // Whether the agent is statically linked (a sanitizer build's is not), which a sandbox on its
