@@ -5,6 +5,8 @@
 //   exec             POST .../exec of `true` in a gVisor sandbox  beside `runsc exec ... true`
 //   hibernate        POST .../pause {"memory": true}              beside `runsc checkpoint`
 //   resume           POST .../resume of a hibernated sandbox      beside `runsc restore`
+//   fork with memory POST .../fork {"count": 1 or 8, "memory": true} beside runsc's checkpoint
+//                    plus restore
 //   host memory      of an idle gVisor sandbox (the PSS of every process in its cgroups, and
 //                    its writable layer's tmpfs) and of a hibernated one (the same: no process
 //                    is left, so the tmpfs is what it holds), and its memory image on disk
@@ -20,6 +22,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -241,6 +244,29 @@ int main(int argc, char** argv) {
       resume_us.push_back(Us(t2, t3));
     }
   }
+  // Forks with memory of the same sandbox (its background process carried), x1 and x8, each
+  // fork deleted after its round.
+  std::vector<double> fork1_us, fork8_us;
+  if (box) {
+    for (int n : {1, 8}) {
+      const int fork_rounds = n == 1 ? rounds : std::max(1, rounds / 5);
+      for (int i = 0; i < fork_rounds && !b::g_interrupted; ++i) {
+        const auto t0 = Clock::now();
+        auto forked = http.Request("POST", "/v1/sandboxes/" + *box + "/fork",
+                                   json{{"count", n}, {"memory", true}}.dump());
+        const auto t1 = Clock::now();
+        if (auto st = Expect(forked, 201, "fork with memory"); !st) {
+          fail("fork", st.error());
+          break;
+        }
+        (n == 1 ? fork1_us : fork8_us).push_back(Us(t0, t1));
+        json doc = json::parse(forked->body, nullptr, false);
+        for (const json& f : doc.value("sandboxes", json::array())) {
+          if (auto st = b::DeleteSandbox(http, f.value("id", "")); !st) fail("delete", st.error());
+        }
+      }
+    }
+  }
   // runsc exec of `true` into an idle runsc sandbox, and runsc's checkpoint / restore.
   std::vector<double> runsc_exec_us;
   {
@@ -312,6 +338,8 @@ int main(int argc, char** argv) {
       b::Summarize("baseline runsc checkpoint", runsc_rounds.checkpoint),
       b::Summarize("gvisor resume (from hibernated)", resume_us),
       b::Summarize("baseline runsc restore", runsc_rounds.restore),
+      b::Summarize("gvisor fork with memory x1", fork1_us),
+      b::Summarize("gvisor fork with memory x8", fork8_us),
   };
   b::PrintHeader();
   for (const auto& s : all) b::Print(s);
@@ -321,6 +349,10 @@ int main(int argc, char** argv) {
   std::printf("\nratios (p50): create / runsc run %.2fx; exec / runsc exec %.2fx; hibernate / "
               "runsc checkpoint %.2fx; resume / runsc restore %.2fx\n",
               ratio(0, 1), ratio(2, 3), ratio(4, 5), ratio(6, 7));
+  const double save_and_restore = all[5].p50 + all[7].p50;
+  std::printf("fork with memory x1 p50 / (runsc checkpoint + restore p50) %.2fx; x8 %.2fx\n",
+              save_and_restore > 0 ? all[8].p50 / save_and_restore : 0.0,
+              save_and_restore > 0 ? all[9].p50 / save_and_restore : 0.0);
   std::printf("memory image of the hibernating sandbox: %.1f KiB\n",
               static_cast<double>(image_bytes) / 1024);
   std::printf("host RAM per idle sandbox: %.1f MiB (processes' PSS %.1f MiB + writable layer %.1f "
@@ -331,9 +363,9 @@ int main(int argc, char** argv) {
               "writable layer %.1f KiB)\n",
               (hib_pss + hib_disk) / n_idle / 1024, hib_processes, hib_pss / n_idle / 1024,
               hib_disk / n_idle / 1024);
-  std::printf("targets: resume p50 <= 150 ms (measured %.1f ms); hibernated < 1 MiB of host RAM "
-              "(measured %.1f KiB)\n",
-              all[6].p50 / 1000, (hib_pss + hib_disk) / n_idle / 1024);
+  std::printf("targets: resume p50 <= 150 ms (measured %.1f ms); fork with memory x1 <= 200 ms "
+              "(measured %.1f ms); hibernated < 1 MiB of host RAM (measured %.1f KiB)\n",
+              all[6].p50 / 1000, all[8].p50 / 1000, (hib_pss + hib_disk) / n_idle / 1024);
   if (!json_path.empty()) {
     std::ostringstream out;
     out << "{\"benchmarks\":[";
