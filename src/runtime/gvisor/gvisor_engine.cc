@@ -47,7 +47,7 @@ constexpr const char* kAgentSocket = "agent.sock";
 // the engine makes it before a restore.
 constexpr const char* kWakeFile = "wake";
 // Where a hibernated sandbox's memory image is, in its directory (on the state dir's disk, not
-// in the writable layer's tmpfs); written as memory.partial first.
+// in the writable layer's tmpfs).
 constexpr const char* kMemoryImage = "memory";
 // The sandbox seccomp policy, compiled at Open (runtime/seccomp_policy.h): the agent installs it
 // on itself before it serves, so the Sentry applies it to every command.
