@@ -51,12 +51,11 @@ TEST_F(EnginesTest, TheEnginesAreListedWithWhatTheyCanDo) {
   EXPECT_FALSE(gvisor["default"].get<bool>());
   if (gvisor["available"].get<bool>()) {
     const json& its = gvisor["capabilities"];
-    for (const char* yes :
-         {"pause", "layer_snapshot", "host_usr_root", "networking", "memory_checkpoint"}) {
+    for (const char* yes : {"pause", "layer_snapshot", "host_usr_root", "networking",
+                            "memory_checkpoint", "memory_fork"}) {
       EXPECT_TRUE(its.value(yes, false)) << yes << " in " << r.body;
     }
-    for (const char* no :
-         {"limits", "live_limits", "memory_checkpoint_network", "memory_fork"}) {
+    for (const char* no : {"limits", "live_limits", "memory_checkpoint_network"}) {
       EXPECT_FALSE(its.value(no, true)) << no << " in " << r.body;
     }
     EXPECT_EQ(its.value("max_layers", 0), 1);

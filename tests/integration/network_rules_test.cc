@@ -207,9 +207,16 @@ class NetworkRulesTest : public DaemonTest {
     SCOPED_TRACE(what + ": " + WayName(way) + " to " + t.host + ":" + std::to_string(t.port));
     const int before = Hits(way, t);
     std::string err;
-    const std::string out = Run(id, Command(id, way, t), nullptr, &err);
-    const int after = Hits(way, t);
+    std::string out = Run(id, Command(id, way, t), nullptr, &err);
     const std::string answer = (way == Way::kUdp ? "udp " : "site ") + t.address;
+    if (reached && out.find(answer) == std::string::npos) {
+      // A positive control gets a second try: under a loaded machine (the sanitizer pass runs
+      // beside other suites) one IPv6 connect in a few hundred has timed out. A denied
+      // destination gets no second try (it could not turn a denial into a pass anyway).
+      std::fprintf(stderr, "positive control missed once (%s), trying again\n", err.c_str());
+      out = Run(id, Command(id, way, t), nullptr, &err);
+    }
+    const int after = Hits(way, t);
     if (reached) {
       EXPECT_NE(out.find(answer), std::string::npos)
           << "the positive control failed: " << out << "; stderr: " << err;
