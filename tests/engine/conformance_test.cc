@@ -738,6 +738,54 @@ TEST_P(EngineConformance, AnEngineWithoutMemoryForksSaysSo) {
   EXPECT_EQ(Run(box, "echo running").stdout_data, "running\n") << "it must go on running";
 }
 
+// The gVisor engine's own: a daemon that stopped between its agent's quiesce and the checkpoint
+// left an agent that listens nowhere; the next start's adopt wakes it.
+TEST_P(EngineConformance, AnAdoptWakesAnAgentLeftQuiesced) {
+  NEEDS(memory_checkpoint);
+  if (GetParam().name != "gvisor") GTEST_SKIP() << "the wake file is the gVisor engine's";
+  Box box = Make();
+  ASSERT_TRUE(box.client->WriteFile("/tmp/before", "kept"));
+  ASSERT_TRUE(box.client->Quiesce("/.airlock/run/wake"));
+  box.client.reset();
+  EXPECT_FALSE(engine_->ConnectAgent(box.id)) << "a quiesced agent still listens";
+  auto made = GetParam().make(dir_, layers_.get());
+  ASSERT_TRUE(made) << made.error().message();
+  std::unique_ptr<Engine> restarted = std::move(*made);
+  auto adopted = restarted->Adopt(box.id, box.engine_state, runtime::SandboxState::kRunning);
+  ASSERT_TRUE(adopted) << adopted.error().message();
+  auto fd = restarted->ConnectAgent(box.id);
+  ASSERT_TRUE(fd) << fd.error().message();
+  auto client = p::BlockingClient::Connect(std::move(*fd));
+  ASSERT_TRUE(client) << client.error().message();
+  EXPECT_EQ(client->ReadFile("/tmp/before").value_or(""), "kept");
+}
+
+// A daemon that stopped after a hibernate's checkpoint and before recording it still has the
+// sandbox's record saying running, with the old engine state: the adopt restores the sandbox.
+TEST_P(EngineConformance, AnAdoptRestoresASandboxSavedWhileItsRecordSaysRunning) {
+  NEEDS(memory_checkpoint);
+  Box box = Make();
+  ASSERT_GT(StartRememberer(*box.client), 0);
+  const auto [value, count] = Remembered(*box.client);
+  box.client.reset();
+  ASSERT_TRUE(engine_->Hibernate(box.id));
+  auto made = GetParam().make(dir_, layers_.get());
+  ASSERT_TRUE(made) << made.error().message();
+  std::unique_ptr<Engine> restarted = std::move(*made);
+  auto adopted = restarted->Adopt(box.id, box.engine_state, runtime::SandboxState::kRunning);
+  ASSERT_TRUE(adopted) << adopted.error().message();
+  EXPECT_NE(adopted->engine_state, box.engine_state) << "restored: a new pid";
+  auto fd = restarted->ConnectAgent(box.id);
+  ASSERT_TRUE(fd) << fd.error().message();
+  auto client = p::BlockingClient::Connect(std::move(*fd));
+  ASSERT_TRUE(client) << client.error().message();
+  EXPECT_EQ(Remembered(*client, count).first, value);
+  // And the state it returned is what the next adopt takes.
+  auto again = GetParam().make(dir_, layers_.get());
+  ASSERT_TRUE(again);
+  EXPECT_TRUE((*again)->Adopt(box.id, adopted->engine_state, runtime::SandboxState::kRunning));
+}
+
 TEST_P(EngineConformance, AnEngineWithoutMemoryCheckpointsSaysSo) {
   if (can().memory_checkpoint) GTEST_SKIP() << "it has memory_checkpoint (the tests above check it)";
   Box box = Make();

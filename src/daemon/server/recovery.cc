@@ -139,6 +139,15 @@ void Recovery::One(const SandboxRecord& rec, RecoveryReport& report) {
     give_up("airlockd restarted and " + adopted.error().message());
     return;
   }
+  // What the engine keeps may have changed with the adopt (a gVisor sandbox restored from the
+  // memory a crash left saved has a new pid): the record keeps what the next adopt needs.
+  if (adopted->engine_state != rec.engine_state) {
+    if (auto kept = store_.SetEngineState(id, adopted->engine_state); !kept) {
+      give_up("airlockd restarted and could not record its engine state: " +
+              kept.error().message());
+      return;
+    }
+  }
   std::vector<std::string> network_env;  // an allowlist network's HTTP_PROXY and friends
   if (auto slot = rec.resources.find(kNetSlot); slot != rec.resources.end()) {
     uint32_t number = 0;

@@ -754,6 +754,21 @@ Result<SandboxInfo> GvisorEngine::Adopt(const std::string& id, const std::string
     return info;
   }
   auto state = State(id);
+  const std::string image = SandboxDir(id) + "/" + kMemoryImage;
+  if ((!state || state->first == "stopped") && wanted == runtime::SandboxState::kRunning &&
+      fs::is_directory(image)) {
+    // A daemon that stopped after a hibernate's checkpoint and before recording it: the sandbox
+    // is saved whole, and is restored here, running as its record says.
+    (void)ClearRun(id);
+    auto restored = RestoreFrom(id, image);
+    if (!restored) return std::unexpected(restored.error().Wrap("restoring its saved memory"));
+    std::error_code ec;
+    fs::remove_all(image, ec);
+    std::lock_guard lock(mu_);
+    live_.insert(id);
+    info.engine_state = json{{"pid", restored->second}}.dump();
+    return info;
+  }
   if (!state) return std::unexpected(state.error());
   const auto& [status, pid] = *state;
   if (pid != doc["pid"].get<int>() || (status != "running" && status != "paused")) {
@@ -765,6 +780,15 @@ Result<SandboxInfo> GvisorEngine::Adopt(const std::string& id, const std::string
     if (auto st = Runsc(id, "pause"); !st) return std::unexpected(st.error());
   } else if (!paused && status == "paused") {
     if (auto st = Runsc(id, "resume"); !st) return std::unexpected(st.error());
+  }
+  // A daemon that stopped between its agent's quiesce and the checkpoint (of a hibernate or a
+  // fork with memory) left the agent without a socket, waiting for its wake file: woken here.
+  const std::string run = SandboxDir(id) + "/run/";
+  struct stat socket;
+  if (!paused && ::lstat((run + kAgentSocket).c_str(), &socket) < 0) {
+    if (auto st = WriteText(run + kWakeFile, "", 0600); !st) return std::unexpected(st.error());
+    auto channel = AwaitAgent(id);
+    if (!channel) return std::unexpected(channel.error().Wrap("waking its quiesced agent"));
   }
   {
     std::lock_guard lock(mu_);
@@ -874,17 +898,24 @@ Status GvisorEngine::SaveTo(const std::string& id, const std::string& image) {
   if (auto st = client->Quiesce(std::string(kRunInside) + "/" + kWakeFile); !st) {
     return std::unexpected(st.error().Wrap("the agent"));
   }
+  // Written aside and renamed once whole: an image under its own name is a complete one (what
+  // Adopt restores after a crash).
+  const std::string partial = image + ".partial";
   std::error_code ec;
   fs::remove_all(image, ec);
+  fs::remove_all(partial, ec);
   const std::string log = ConsoleLog(dir);
   auto ran = RunLogged({options_.runsc_path, "--root", RunscRoot(id), "checkpoint",
-                        "--image-path", image, id},
+                        "--image-path", partial, id},
                        log, kRunscTimeout);
-  if (ran && *ran == 0) return {};
+  if (ran && *ran == 0) {
+    if (::rename(partial.c_str(), image.c_str()) == 0) return {};
+    ran = std::unexpected(ErrnoError("renaming the image", errno));
+  }
   Error why = ran ? Error(ErrorCode::kInternal,
                           "runsc checkpoint exited " + std::to_string(*ran) + ": " + Tail(log))
                   : ran.error();
-  fs::remove_all(image, ec);
+  fs::remove_all(partial, ec);
   // A checkpoint refused before it began leaves the sandbox running: its agent is woken and
   // listens again. One that failed midway leaves it stopped (runsc's own doing): it is gone.
   auto state = State(id);
