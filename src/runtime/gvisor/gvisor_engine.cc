@@ -516,6 +516,21 @@ std::vector<std::string> GvisorEngine::RunscFlags(const std::string& id, bool ne
           "--network",         networked ? "host" : "none",  "--host-uds", "all"};
 }
 
+Result<int> GvisorEngine::StartRunsc(const std::string& id, const std::vector<std::string>& argv,
+                                     const std::string& log) {
+  // Every sandbox's cgroups are under one parent, which runsc makes as it starts one and the
+  // last sandbox out removes (StopProcesses): a start that meets that removal fails to make its
+  // own ("cannot set up cgroup ... no such file or directory") and is tried again, cleanly.
+  for (int attempt = 1;; ++attempt) {
+    auto ran = RunLogged(argv, log, kRunscTimeout);
+    if (!ran || *ran == 0 || attempt == 3 ||
+        Tail(log).find("cannot set up cgroup") == std::string::npos) {
+      return ran;
+    }
+    if (auto st = ClearRun(id); !st) return std::unexpected(st.error());
+  }
+}
+
 Result<UniqueFd> GvisorEngine::AwaitAgent(const std::string& id) {
   const std::string dir = SandboxDir(id);
   Result<UniqueFd> channel = Fail(ErrorCode::kUnavailable, "the agent did not listen");
@@ -633,7 +648,7 @@ Result<std::unique_ptr<runtime::Sandbox>> GvisorEngine::Create(const SandboxSpec
   std::vector<std::string> argv = RunscFlags(spec.id, !spec.netns.empty());
   argv.insert(argv.end(),
               {"run", "--detach", "--pid-file", PidFile(dir), "--bundle", dir, spec.id});
-  auto ran = RunLogged(argv, log, kRunscTimeout);
+  auto ran = StartRunsc(spec.id, argv, log);
   if (!ran) return fail(ran.error());
   if (*ran != 0) {
     return fail(Error(ErrorCode::kInternal, "runsc run exited " + std::to_string(*ran) + ": " +
@@ -953,7 +968,7 @@ Result<std::pair<UniqueFd, int>> GvisorEngine::RestoreFrom(const std::string& id
   std::vector<std::string> argv = RunscFlags(id, HasNetwork(dir));
   argv.insert(argv.end(), {"restore", "--image-path", image, "--pid-file", PidFile(dir),
                            "--bundle", dir, "--detach", id});
-  auto ran = RunLogged(argv, log, kRunscTimeout);
+  auto ran = StartRunsc(id, argv, log);
   if (!ran) return fail(ran.error());
   if (*ran != 0) {
     return fail(Error(ErrorCode::kInternal,

@@ -110,6 +110,10 @@ class GvisorEngine : public runtime::Engine {
   // Restores the sandbox (its bundle in its directory) from `image`: its agent channel and pid.
   // On failure nothing of it runs.
   Result<std::pair<UniqueFd, int>> RestoreFrom(const std::string& id, const std::string& image);
+  // `runsc run` or `restore` (`argv`) of sandbox `id`, its output appended to `log`: the exit
+  // code, tried again when it met another sandbox's teardown removing the cgroups' parent.
+  Result<int> StartRunsc(const std::string& id, const std::vector<std::string>& argv,
+                         const std::string& log);
   // Waits for the agent's socket in the sandbox's directory: the channel, or why not (with the
   // end of its console log).
   Result<UniqueFd> AwaitAgent(const std::string& id);
