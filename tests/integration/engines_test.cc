@@ -220,6 +220,13 @@ class HibernateTest : public EnginesTest {
     ADD_FAILURE() << "no state from the background process";
     return {"", 0};
   }
+  // Starts the rememberer in `id` and returns its first "value count".
+  std::pair<std::string, long> StartRememberer(const std::string& id) {
+    Reply bg = daemon_->Call(http::verb::post, "/v1/sandboxes/" + id + "/exec",
+                             json{{"cmd", kRememberer}, {"background", true}}.dump());
+    EXPECT_EQ(bg.status, 200) << bg.body;
+    return Remembered(id);
+  }
   Reply Pause(const std::string& id, const std::string& body) {
     return daemon_->Call(http::verb::post, "/v1/sandboxes/" + id + "/pause", body);
   }
@@ -231,10 +238,7 @@ class HibernateTest : public EnginesTest {
 TEST_F(HibernateTest, ASandboxHibernatesSurvivesARestartAndResumesWithItsMemory) {
   const std::string id = CreateSandbox(R"({"engine": "gvisor"})");
   ASSERT_FALSE(id.empty());
-  Reply bg = daemon_->Call(http::verb::post, "/v1/sandboxes/" + id + "/exec",
-                           json{{"cmd", kRememberer}, {"background", true}}.dump());
-  ASSERT_EQ(bg.status, 200) << bg.body;
-  const auto [value, count] = Remembered(id);
+  const auto [value, count] = StartRememberer(id);
   ASSERT_FALSE(value.empty());
   ASSERT_EQ(Run(id, "echo kept > /home/user/kept.txt; echo ok"), "ok\n");
 
@@ -294,10 +298,7 @@ TEST_F(HibernateTest, ATtlRunsOnWhileHibernated) {
 TEST_F(HibernateTest, AForkWithMemoryCarriesTheProcessesToEveryForkAndTheSourceRunsOn) {
   const std::string id = CreateSandbox(R"({"engine": "gvisor", "metadata": {"team": "a"}})");
   ASSERT_FALSE(id.empty());
-  Reply bg = daemon_->Call(http::verb::post, "/v1/sandboxes/" + id + "/exec",
-                           json{{"cmd", kRememberer}, {"background", true}}.dump());
-  ASSERT_EQ(bg.status, 200) << bg.body;
-  const auto [value, count] = Remembered(id);
+  const auto [value, count] = StartRememberer(id);
   ASSERT_FALSE(value.empty());
   ASSERT_EQ(Run(id, "echo from-the-source > /home/user/kept.txt; echo ok"), "ok\n");
 

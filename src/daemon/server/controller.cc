@@ -27,12 +27,17 @@ const SandboxState kRunningOnly[] = {SandboxState::kRunning};
 
 }  // namespace
 
+std::string Controller::EngineName(const std::string& requested,
+                                   const std::string& template_engine) const {
+  return !requested.empty()         ? requested
+         : !template_engine.empty() ? template_engine
+                                    : engines_.default_name();
+}
+
 Result<runtime::Engine*> Controller::ChooseEngine(const std::string& requested,
                                                   const SandboxOrigin& origin,
                                                   const net::NetworkPolicy& network) {
-  const std::string& name = !requested.empty()       ? requested
-                            : !origin.engine.empty() ? origin.engine
-                                                     : engines_.default_name();
+  const std::string name = EngineName(requested, origin.engine);
   auto engine = engines_.Get(name);
   if (!engine) return std::unexpected(engine.error());
   const runtime::Capabilities& can = (*engine)->capabilities();
@@ -110,9 +115,7 @@ Status Controller::CheckNetwork(const net::NetworkPolicy& policy) const {
 Status Controller::CheckAutoHibernate(const api::CreateSandboxRequest& request,
                                       const std::string& template_engine) {
   if (request.auto_hibernate_seconds == 0) return {};
-  const std::string& name = !request.engine.empty()   ? request.engine
-                            : !template_engine.empty() ? template_engine
-                                                       : engines_.default_name();
+  const std::string name = EngineName(request.engine, template_engine);
   auto engine = engines_.Get(name);
   if (!engine) return std::unexpected(engine.error());
   const runtime::Capabilities& can = (*engine)->capabilities();
@@ -371,35 +374,38 @@ Status Controller::DestroySandbox(const std::string& id, bool allow_pooled) {
   return FinishDestroy(id);
 }
 
-Result<SandboxRecord> Controller::Pause(const std::string& id) {
-  std::shared_ptr<HeldSandbox> live = sandboxes_.Find(id);
-  std::unique_lock<std::mutex> lock;
-  if (live) lock = std::unique_lock(live->lifecycle_mu);
+Result<Controller::Locked> Controller::LockHeld(const std::string& id,
+                                                std::span<const SandboxState> from) {
+  Locked held;
+  held.live = sandboxes_.Find(id);
+  if (held.live) held.lock = std::unique_lock(held.live->lifecycle_mu);
   auto record = Get(id);
-  if (!record) return record;
-  if (auto st = store::RequireState(id, record->state, kRunningOnly); !st) {
+  if (!record) return std::unexpected(record.error());
+  if (auto st = store::RequireState(id, record->state, from); !st) {
     return std::unexpected(st.error());
   }
-  if (!live) return std::unexpected(sandboxes_.NotHeld(*record));
-  if (!live->engine->capabilities().pause) {
-    return std::unexpected(runtime::Lacks(live->engine->name(), "pause", "pause a sandbox"));
+  if (!held.live) return std::unexpected(sandboxes_.NotHeld(*record));
+  held.state = record->state;
+  return held;
+}
+
+Result<SandboxRecord> Controller::Pause(const std::string& id) {
+  auto held = LockHeld(id, kRunningOnly);
+  if (!held) return std::unexpected(held.error());
+  runtime::Engine& engine = *held->live->engine;
+  if (!engine.capabilities().pause) {
+    return std::unexpected(runtime::Lacks(engine.name(), "pause", "pause a sandbox"));
   }
-  if (auto st = live->engine->Pause(id); !st) {
+  if (auto st = engine.Pause(id); !st) {
     return std::unexpected(st.error().Wrap("pausing " + id));
   }
   return store_.Transition(id, kRunningOnly, SandboxState::kPaused);
 }
 
 Result<SandboxRecord> Controller::Hibernate(const std::string& id) {
-  std::shared_ptr<HeldSandbox> live = sandboxes_.Find(id);
-  std::unique_lock<std::mutex> lock;
-  if (live) lock = std::unique_lock(live->lifecycle_mu);
-  auto record = Get(id);
-  if (!record) return record;
-  if (auto st = store::RequireState(id, record->state, kRunningOnly); !st) {
-    return std::unexpected(st.error());
-  }
-  if (!live) return std::unexpected(sandboxes_.NotHeld(*record));
+  auto held = LockHeld(id, kRunningOnly);
+  if (!held) return std::unexpected(held.error());
+  HeldSandbox* live = held->live.get();
   runtime::Engine& engine = *live->engine;
   if (!engine.capabilities().memory_checkpoint) {
     return std::unexpected(runtime::Lacks(engine.name(), "memory_checkpoint",
@@ -424,9 +430,7 @@ Result<SandboxRecord> Controller::Hibernate(const std::string& id) {
 }
 
 int Controller::HibernateIdle() {
-  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::steady_clock::now().time_since_epoch())
-                          .count();
+  const int64_t now = SteadyNowMs();
   int hibernated = 0;
   for (const std::string& id : sandboxes_.Ids()) {
     std::shared_ptr<HeldSandbox> held = sandboxes_.Find(id);
@@ -449,17 +453,11 @@ int Controller::HibernateIdle() {
 }
 
 Result<SandboxRecord> Controller::Resume(const std::string& id) {
-  std::shared_ptr<HeldSandbox> live = sandboxes_.Find(id);
-  std::unique_lock<std::mutex> lock;
-  if (live) lock = std::unique_lock(live->lifecycle_mu);
-  auto record = Get(id);
-  if (!record) return record;
   const SandboxState from[] = {SandboxState::kPaused, SandboxState::kHibernated};
-  if (auto st = store::RequireState(id, record->state, from); !st) {
-    return std::unexpected(st.error());
-  }
-  if (!live) return std::unexpected(sandboxes_.NotHeld(*record));
-  if (record->state == SandboxState::kPaused) {
+  auto held = LockHeld(id, from);
+  if (!held) return std::unexpected(held.error());
+  HeldSandbox* live = held->live.get();
+  if (held->state == SandboxState::kPaused) {
     if (auto st = live->engine->Resume(id); !st) {
       return std::unexpected(st.error().Wrap("resuming " + id));
     }

@@ -25,6 +25,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -144,6 +145,17 @@ class Controller {
   // `network`.
   Result<runtime::Engine*> ChooseEngine(const std::string& requested, const SandboxOrigin& origin,
                                         const net::NetworkPolicy& network);
+  // The engine a create gets by name: the request's, else its template's, else the default.
+  std::string EngineName(const std::string& requested, const std::string& template_engine) const;
+  // A held sandbox under its lifecycle lock, its record in one of `from` (409 otherwise; 503 or
+  // the engine's unavailability when this daemon does not hold it): what pause, hibernate and
+  // resume start from.
+  struct Locked {
+    std::shared_ptr<HeldSandbox> live;
+    std::unique_lock<std::mutex> lock;
+    store::SandboxState state;
+  };
+  Result<Locked> LockHeld(const std::string& id, std::span<const store::SandboxState> from);
   // Whether the engine a create would get can hibernate the sandbox (auto_hibernate_seconds):
   // 409 naming the capability it lacks.
   Status CheckAutoHibernate(const api::CreateSandboxRequest& request,

@@ -1,5 +1,7 @@
 #include "daemon/server/sandbox_table.h"
 
+#include "common/clock.h"
+
 #include <cerrno>
 #include <chrono>
 #include <nlohmann/json.hpp>
@@ -31,11 +33,7 @@ net::NetworkPolicy NetworkPolicyOf(const SandboxRecord& record) {
   return parsed ? std::move(*parsed) : net::NetworkPolicy();
 }
 
-void HeldSandbox::Touch() {
-  last_used_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                     std::chrono::steady_clock::now().time_since_epoch())
-                     .count();
-}
+void HeldSandbox::Touch() { last_used_ms = SteadyNowMs(); }
 
 AgentChannel::AgentChannel(std::shared_ptr<HeldSandbox> held, protocol::BlockingClient client)
     : held_(std::move(held)), client_(std::move(client)) {

@@ -361,6 +361,12 @@ Result<int> ReadPid(const std::string& dir) {
   return pid;
 }
 
+// Whether `image` is a memory image's name as SaveMemoryImage makes them ("mem-" and the rest
+// of a sandbox id): nothing else reaches a path.
+bool IsMemoryImageId(const std::string& image) {
+  return image.starts_with("mem-") && ValidateSandboxId("sbx-" + image.substr(4)).has_value();
+}
+
 // The bytes of the regular files under `dir`.
 uint64_t TreeBytes(const std::string& dir) {
   uint64_t bytes = 0;
@@ -565,8 +571,7 @@ Result<std::unique_ptr<runtime::Sandbox>> GvisorEngine::Create(const SandboxSpec
     }
   }
   if (!spec.memory_image.empty()) {
-    if (!spec.memory_image.starts_with("mem-") ||
-        !ValidateSandboxId("sbx-" + spec.memory_image.substr(4)) ||
+    if (!IsMemoryImageId(spec.memory_image) ||
         !fs::is_directory(MemoryImageDir(spec.memory_image) + "/checkpoint")) {
       return Fail(ErrorCode::kNotFound, "memory image " + spec.memory_image + " does not exist");
     }
@@ -757,10 +762,9 @@ Result<SandboxInfo> GvisorEngine::Adopt(const std::string& id, const std::string
   info.state = wanted;
   if (hibernated) {
     // Nothing of it runs: its image and its files are what there is to take over.
-    struct stat st;
-    const std::string image = SandboxDir(id) + "/" + kMemoryImage;
-    if (::stat(image.c_str(), &st) < 0 || !S_ISDIR(st.st_mode)) {
-      return Fail(ErrorCode::kNotFound, "sandbox " + id + " has no memory image (" + image + ")");
+    if (!fs::is_directory(HibernationImage(id))) {
+      return Fail(ErrorCode::kNotFound,
+                  "sandbox " + id + " has no memory image (" + HibernationImage(id) + ")");
     }
     info.engine_state = engine_state;
     std::lock_guard lock(mu_);
@@ -769,7 +773,7 @@ Result<SandboxInfo> GvisorEngine::Adopt(const std::string& id, const std::string
     return info;
   }
   auto state = State(id);
-  const std::string image = SandboxDir(id) + "/" + kMemoryImage;
+  const std::string image = HibernationImage(id);
   if ((!state || state->first == "stopped") && wanted == runtime::SandboxState::kRunning &&
       fs::is_directory(image)) {
     // A daemon that stopped after a hibernate's checkpoint and before recording it: the sandbox
@@ -846,10 +850,9 @@ Status GvisorEngine::Alive(const std::string& id) {
   if (auto st = ValidateSandboxId(id); !st) return st;
   if (!Holds(id)) return Fail(ErrorCode::kNotFound, "sandbox " + id + " is not held here");
   if (IsHibernated(id)) {
-    struct stat st;
-    const std::string image = SandboxDir(id) + "/" + kMemoryImage;
-    if (::stat(image.c_str(), &st) == 0) return {};
-    return Fail(ErrorCode::kFailedPrecondition, "its memory image is gone (" + image + ")");
+    if (fs::is_directory(HibernationImage(id))) return {};
+    return Fail(ErrorCode::kFailedPrecondition,
+                "its memory image is gone (" + HibernationImage(id) + ")");
   }
   auto state = State(id);
   if (state && (state->first == "running" || state->first == "paused") &&
@@ -983,7 +986,7 @@ Result<std::pair<UniqueFd, int>> GvisorEngine::RestoreFrom(const std::string& id
 
 Result<runtime::Hibernation> GvisorEngine::Hibernate(const std::string& id) {
   if (auto st = CheckSaveable(id); !st) return std::unexpected(st.error().Wrap("hibernating " + id));
-  const std::string image = SandboxDir(id) + "/" + kMemoryImage;
+  const std::string image = HibernationImage(id);
   if (auto st = SaveTo(id, image); !st) return std::unexpected(st.error().Wrap("hibernating " + id));
   if (auto st = ClearRun(id); !st) return std::unexpected(st.error());
   {
@@ -1000,7 +1003,7 @@ Result<std::unique_ptr<runtime::Sandbox>> GvisorEngine::Wake(const std::string& 
   if (!IsHibernated(id)) {
     return Fail(ErrorCode::kFailedPrecondition, "sandbox " + id + " is not hibernated");
   }
-  const std::string image = SandboxDir(id) + "/" + kMemoryImage;
+  const std::string image = HibernationImage(id);
   auto restored = RestoreFrom(id, image);
   if (!restored) return std::unexpected(restored.error().Wrap("waking " + id));
   std::error_code ec;
@@ -1013,6 +1016,10 @@ Result<std::unique_ptr<runtime::Sandbox>> GvisorEngine::Wake(const std::string& 
   info.id = id;
   info.engine_state = json{{"pid", restored->second}}.dump();
   return std::make_unique<runtime::CreatedSandbox>(std::move(info), std::move(restored->first));
+}
+
+std::string GvisorEngine::HibernationImage(const std::string& id) const {
+  return SandboxDir(id) + "/" + kMemoryImage;
 }
 
 std::string GvisorEngine::MemoryImageDir(const std::string& image) const {
@@ -1050,7 +1057,7 @@ Result<runtime::MemoryImage> GvisorEngine::SaveMemoryImage(const std::string& id
 }
 
 Status GvisorEngine::RemoveMemoryImage(const std::string& image) {
-  if (!image.starts_with("mem-") || !ValidateSandboxId("sbx-" + image.substr(4))) {
+  if (!IsMemoryImageId(image)) {
     return Fail(ErrorCode::kInvalidArgument, "not a memory image: " + image);
   }
   std::error_code ec;

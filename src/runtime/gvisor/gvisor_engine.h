@@ -99,6 +99,7 @@ class GvisorEngine : public runtime::Engine {
   // The runsc flags a sandbox was started with, which its restore repeats.
   std::vector<std::string> RunscFlags(const std::string& id, bool networked) const;
   std::string MemoryImageDir(const std::string& image) const;
+  std::string HibernationImage(const std::string& id) const;  // <dir>/memory
   // Whether a sandbox held here can be saved with its memory now: running (not hibernated),
   // without a network.
   Status CheckSaveable(const std::string& id);
