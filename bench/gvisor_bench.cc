@@ -7,6 +7,9 @@
 //   resume           POST .../resume of a hibernated sandbox      beside `runsc restore`
 //   fork with memory POST .../fork {"count": 1 or 8, "memory": true} beside runsc's checkpoint
 //                    plus restore
+//   template creates a template whose start_cmd is a Python interpreter with modules imported:
+//                    booted, restored from its memory snapshot (snapshot_after), claimed from a
+//                    warm pool of restored sandboxes; beside `runsc run` of `true`
 //   host memory      of an idle gVisor sandbox (the PSS of every process in its cgroups, and
 //                    its writable layer's tmpfs) and of a hibernated one (the same: no process
 //                    is left, so the tmpfs is what it holds), and its memory image on disk
@@ -205,6 +208,72 @@ int main(int argc, char** argv) {
     }
   }
 
+  // Creates of a template whose start_cmd is a Python interpreter that imported a few modules:
+  // booted (start_cmd and ready_cmd run in each create), restored from its memory snapshot
+  // (snapshot_after), and claimed from a warm pool of restored sandboxes (the pool refilled
+  // between claims). Each sandbox deleted after.
+  std::vector<double> boot_template_us, memory_template_us, pool_us;
+  int pool_hits = 0;
+  {
+    const std::string interpreter =
+        "exec python3 -c \"import json, sqlite3, decimal, email.parser, http.client, "
+        "xml.dom.minidom; open('/tmp/ready', 'w').close(); import time; time.sleep(1e9)\"";
+    json boot = {{"name", "bench-boot"},
+                 {"engine", "gvisor"},
+                 {"start_cmd", interpreter},
+                 {"ready_cmd", "test -e /tmp/ready"}};
+    json snap = boot;
+    snap["name"] = "bench-memory";
+    snap["snapshot_after"] = "true";
+    for (const json& t : {boot, snap}) {
+      auto built = http.Request("POST", "/v1/templates", t.dump());
+      if (auto st = Expect(built, 201, "template build"); !st) fail("template build", st.error());
+    }
+    auto time_creates = [&](const std::string& body, std::vector<double>& out, int n) {
+      for (int i = 0; i < n && !b::g_interrupted; ++i) {
+        const auto t0 = Clock::now();
+        auto id = b::CreateSandbox(http, body);
+        const auto t1 = Clock::now();
+        if (!id) {
+          fail("create", id.error());
+          continue;
+        }
+        out.push_back(Us(t0, t1));
+        if (auto st = b::DeleteSandbox(http, *id); !st) fail("delete", st.error());
+      }
+    };
+    time_creates(R"({"template": "bench-boot"})", boot_template_us, creates);
+    time_creates(R"({"template": "bench-memory"})", memory_template_us, creates);
+    auto pool = [&] {
+      auto got = http.Request("GET", "/v1/pools");
+      json doc = got ? json::parse(got->body, nullptr, false) : json();
+      for (const json& p : doc.is_object() ? doc.value("pools", json::array()) : json::array()) {
+        if (p.value("template", "") == "bench-memory") return p;
+      }
+      return json::object();
+    };
+    auto sized = http.Request("PUT", "/v1/pools/bench-memory", R"({"size": 1})");
+    if (auto st = Expect(sized, 200, "pool size"); !st) fail("pool", st.error());
+    for (int i = 0; i < creates && !b::g_interrupted; ++i) {
+      for (int w = 0; w < 600 && pool().value("ready", 0) < 1; ++w) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      time_creates(R"({"template": "bench-memory"})", pool_us, 1);
+    }
+    pool_hits = pool().value("hits", 0);
+    (void)http.Request("PUT", "/v1/pools/bench-memory", R"({"size": 0})");
+    auto deleted = [&](const std::string& name) {
+      auto r = http.Request("DELETE", "/v1/templates/" + name);
+      return r && r->status == 204;
+    };
+    for (int w = 0; w < 200 && !deleted("bench-memory"); ++w) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the pool's sandbox goes
+    }
+    if (!deleted("bench-boot")) {
+      fail("template delete", airlock::Error(ErrorCode::kInternal, "bench-boot stayed"));
+    }
+  }
+
   // Exec round trips, and hibernate / resume rounds of one sandbox with a background process.
   std::vector<double> exec_us, hibernate_us, resume_us;
   uint64_t image_bytes = 0;
@@ -340,6 +409,9 @@ int main(int argc, char** argv) {
       b::Summarize("baseline runsc restore", runsc_rounds.restore),
       b::Summarize("gvisor fork with memory x1", fork1_us),
       b::Summarize("gvisor fork with memory x8", fork8_us),
+      b::Summarize("gvisor create, template booted", boot_template_us),
+      b::Summarize("gvisor create, memory-snapshot template", memory_template_us),
+      b::Summarize("gvisor create, warm pool (restored)", pool_us),
   };
   b::PrintHeader();
   for (const auto& s : all) b::Print(s);
@@ -353,6 +425,9 @@ int main(int argc, char** argv) {
   std::printf("fork with memory x1 p50 / (runsc checkpoint + restore p50) %.2fx; x8 %.2fx\n",
               save_and_restore > 0 ? all[8].p50 / save_and_restore : 0.0,
               save_and_restore > 0 ? all[9].p50 / save_and_restore : 0.0);
+  std::printf("create from a memory snapshot p50 / runsc run p50 %.2fx; / the same template "
+              "booted %.2fx; warm pool claims that hit: %d of %zu\n",
+              ratio(11, 1), ratio(11, 10), pool_hits, pool_us.size());
   std::printf("memory image of the hibernating sandbox: %.1f KiB\n",
               static_cast<double>(image_bytes) / 1024);
   std::printf("host RAM per idle sandbox: %.1f MiB (processes' PSS %.1f MiB + writable layer %.1f "
@@ -364,8 +439,10 @@ int main(int argc, char** argv) {
               (hib_pss + hib_disk) / n_idle / 1024, hib_processes, hib_pss / n_idle / 1024,
               hib_disk / n_idle / 1024);
   std::printf("targets: resume p50 <= 150 ms (measured %.1f ms); fork with memory x1 <= 200 ms "
-              "(measured %.1f ms); hibernated < 1 MiB of host RAM (measured %.1f KiB)\n",
-              all[6].p50 / 1000, all[8].p50 / 1000, (hib_pss + hib_disk) / n_idle / 1024);
+              "(measured %.1f ms); create from a memory snapshot <= 0.5x runsc run (measured "
+              "%.2fx); hibernated < 1 MiB of host RAM (measured %.1f KiB)\n",
+              all[6].p50 / 1000, all[8].p50 / 1000, ratio(11, 1),
+              (hib_pss + hib_disk) / n_idle / 1024);
   if (!json_path.empty()) {
     std::ostringstream out;
     out << "{\"benchmarks\":[";

@@ -137,6 +137,8 @@ Outcome<int> Build(const std::string& file, const std::optional<std::string>& na
       WriteAll(STDERR_FILENO, data);
     } else if (type == "snapshot") {
       std::fprintf(stderr, "saving the layer\n");
+    } else if (type == "memory_snapshot") {
+      std::fprintf(stderr, "memory snapshot: %s\n", Text(event, "message").c_str());
     } else if (type == "done") {
       done = event.value("template", json::object());
       return false;
@@ -167,10 +169,13 @@ Outcome<int> List(Globals& globals) {
   if (globals.json) return PrintJson(list);
   std::vector<std::vector<std::string>> rows;
   for (const json& t : list) {
-    rows.push_back({Text(t, "name"), Text(t, "state"), std::to_string(t.value("layers", json::array()).size()),
+    const json memory = t.value("memory_snapshot", json::object());
+    rows.push_back({Text(t, "name"), Text(t, "state"),
+                    std::to_string(t.value("layers", json::array()).size()),
+                    memory.contains("bytes") ? std::to_string(memory.value("bytes", 0)) : "-",
                     Text(t, "created_at"), Text(t, "source")});
   }
-  PrintText(FormatTable({"NAME", "STATE", "LAYERS", "CREATED", "SOURCE"}, rows));
+  PrintText(FormatTable({"NAME", "STATE", "LAYERS", "MEMORY", "CREATED", "SOURCE"}, rows));
   return 0;
 }
 

@@ -71,6 +71,9 @@ struct Capabilities {
   bool networking = false;         // joins SandboxSpec::netns
   uint32_t max_layers = 0;         // RootSpec::layers at most
   std::string isolation;           // what stands between the sandbox and the host, in words
+  // How it runs sandbox code where the engine has a choice (gVisor: the runsc platform,
+  // "ptrace" or "kvm"); "" where it has none.
+  std::string platform;
   std::string agent_channel;       // how the daemon reaches the agent (runtime/guest.h)
 };
 
@@ -178,6 +181,10 @@ class Engine {
   [[nodiscard]] virtual Result<MemoryImage> SaveMemoryImage(const std::string& id) = 0;
   // Idempotent; the sandboxes made from it are not touched.
   [[nodiscard]] virtual Status RemoveMemoryImage(const std::string& image) = 0;
+  // Every memory image this engine instance holds, whole or half written (they outlive a
+  // restart); for recovery, which removes the ones no template names. Empty without
+  // Capabilities::memory_fork.
+  [[nodiscard]] virtual Result<std::vector<std::string>> ListMemoryImages() = 0;
 };
 
 // A sandbox as an engine's Create returns it: its info and the agent channel connected during

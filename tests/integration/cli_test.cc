@@ -556,7 +556,7 @@ copy = { src = "app", path = "/opt/app" }
 
   ProcessResult ls = Cli({"template", "ls"});
   ASSERT_EQ(ls.exit_code(), 0) << ls.err;
-  EXPECT_TRUE(std::regex_search(ls.out, std::regex("\ncli-app +ready +1 +20"))) << ls.out;
+  EXPECT_TRUE(std::regex_search(ls.out, std::regex("\ncli-app +ready +1 +- +20"))) << ls.out;
 
   const std::string id = CliCreate({"--template", "cli-app"});
   ASSERT_FALSE(id.empty());

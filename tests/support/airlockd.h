@@ -35,7 +35,10 @@ namespace airlock::testing {
 namespace fs = std::filesystem;
 
 // The flags that turn gVisor on in a test daemon (it is off unless a test asks).
-inline const std::vector<std::string> kWithGvisor = {"--engine.gvisor.enabled", "true"};
+// The platform is named: "auto" tries KVM first, which costs seconds where /dev/kvm cannot run
+// a guest (EnginesTest checks auto on its own).
+inline const std::vector<std::string> kWithGvisor = {"--engine.gvisor.enabled", "true",
+                                                     "--engine.gvisor.platform", "ptrace"};
 
 // The daemon under test: started on port 0, killed by pid on every path.
 class Daemon {

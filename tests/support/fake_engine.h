@@ -48,6 +48,7 @@ class FakeEngine : public runtime::Engine {
   Result<std::unique_ptr<runtime::Sandbox>> Wake(const std::string& id) override;
   Result<runtime::MemoryImage> SaveMemoryImage(const std::string& id) override;
   Status RemoveMemoryImage(const std::string& image) override;
+  Result<std::vector<std::string>> ListMemoryImages() override { return {}; }
 
   std::string SandboxDir(const std::string& id) const;
   // The agent's pid of a live sandbox held here (0 if none).

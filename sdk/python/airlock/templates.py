@@ -36,6 +36,9 @@ class Template:
     steps: List[Dict[str, Any]] = field(default_factory=list)
     error: Optional[str] = None
     tenant: Optional[str] = None  # the owning tenant; None for a shared template
+    snapshot_after: Optional[str] = None  # the build's, when it made a memory snapshot
+    # The memory snapshot its creates restore, in bytes on the daemon's disk (0: they boot).
+    memory_snapshot_bytes: int = 0
     info: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -44,7 +47,9 @@ class Template:
                    base=body.get("base", "base"), layers=list(body.get("layers", [])),
                    root=body.get("root", "base"), workdir=body.get("workdir", ""), env_keys=list(body.get("env_keys", [])),
                    steps=list(body.get("steps", [])), error=body.get("error"),
-                   tenant=body.get("tenant"), info=dict(body))
+                   tenant=body.get("tenant"), snapshot_after=body.get("snapshot_after"),
+                   memory_snapshot_bytes=int(body.get("memory_snapshot", {}).get("bytes", 0)),
+                   info=dict(body))
 
     # --- steps, for build() ---
 
@@ -89,6 +94,7 @@ class Templates:
         start_cmd: Optional[str] = None,
         ready_cmd: Optional[str] = None,
         ready_timeout_seconds: Optional[float] = None,
+        snapshot_after: Optional[str] = None,
         cpus: Optional[float] = None,
         memory_mb: Optional[int] = None,
         pids_max: Optional[int] = None,
@@ -105,10 +111,15 @@ class Templates:
         as Sandbox.create takes it (e.g. {"mode": "allowlist", "allow": ["pypi.org"]}, so that
         a step can install from an index); the template keeps no trace of it, and its
         sandboxes get the network their own create asks for. `engine` is the engine the build
-        runs on, and the template's sandboxes' unless their create names another."""
+        runs on, and the template's sandboxes' unless their create names another.
+        `snapshot_after` makes a memory snapshot (an engine with memory_fork: gVisor): after the
+        steps a sandbox of the template runs start_cmd, ready_cmd and then this command; once it
+        exits 0 its processes and memory are saved, and every create of the template (and its
+        warm pool) restores them instead of booting."""
         body: Dict[str, Any] = {"name": name, "steps": [dict(s) for s in steps], "stream": True}
         for key, value in (("base", base), ("workdir", workdir), ("start_cmd", start_cmd),
                            ("ready_cmd", ready_cmd), ("ready_timeout_seconds", ready_timeout_seconds),
+                           ("snapshot_after", snapshot_after),
                            ("cpus", cpus), ("memory_mb", memory_mb), ("pids_max", pids_max),
                            ("disk_mb", disk_mb), ("engine", engine)):
             if value is not None:

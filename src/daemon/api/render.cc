@@ -142,6 +142,7 @@ std::string RenderEngineList(std::span<const EngineView> engines, std::string_vi
                              {"max_layers", c.max_layers},
                              {"isolation", c.isolation},
                              {"agent_channel", c.agent_channel}};
+      if (!c.platform.empty()) one["capabilities"]["platform"] = c.platform;
     } else {
       one["reason"] = e.reason;
     }
@@ -265,6 +266,11 @@ json TemplateJson(const TemplateView& v) {
               {"steps", settings.value("steps", json::array())},
               {"created_at", FormatTimestamp(v.created_at)},
               {"updated_at", FormatTimestamp(v.updated_at)}};
+  if (settings.contains("snapshot_after")) out["snapshot_after"] = settings["snapshot_after"];
+  // The image's name is the engine's business; its size on disk is the user's.
+  if (const json memory = settings.value("memory_snapshot", json::object()); !memory.empty()) {
+    out["memory_snapshot"] = {{"bytes", memory.value("bytes", uint64_t{0})}};
+  }
   if (!v.error.empty()) out["error"] = v.error;
   if (!v.tenant.empty()) out["tenant"] = v.tenant;
   return out;
@@ -309,6 +315,9 @@ std::string RenderEvent(const Event& event) {
       return {{"type", "step"}, {"index", e.index}, {"step", step.is_discarded() ? json() : step}};
     }
     json operator()(const SnapshotEvent&) const { return {{"type", "snapshot"}}; }
+    json operator()(const MemorySnapshotEvent& e) const {
+      return {{"type", "memory_snapshot"}, {"message", e.message}};
+    }
     json operator()(const DoneEvent& e) const {
       return {{"type", "done"}, {"template", TemplateJson(e.template_view)}};
     }

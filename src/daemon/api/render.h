@@ -179,12 +179,16 @@ struct StepEvent {
   std::string step_json;  // the step as the template's record describes it
 };
 struct SnapshotEvent {};
+// A build's memory snapshot (snapshot_after): its sandbox made, the image saved.
+struct MemorySnapshotEvent {
+  std::string message;
+};
 struct DoneEvent {
   TemplateView template_view;
 };
 struct Event {
   std::variant<StartEvent, OutputEvent, DroppedEvent, ExitEvent, ErrorEvent, BaseEvent, StepEvent,
-               SnapshotEvent, DoneEvent>
+               SnapshotEvent, MemorySnapshotEvent, DoneEvent>
       what;
   std::chrono::system_clock::time_point time = std::chrono::system_clock::now();
 };

@@ -876,7 +876,8 @@ Result<CreateTemplateRequest> CreateTemplateRequest::FromJson(std::string_view b
   AIRLOCK_TRY(RejectUnknownFields(
       doc, "request body",
       {"name", "base", "steps", "env", "workdir", "cpus", "memory_mb", "pids_max", "disk_mb",
-       "start_cmd", "ready_cmd", "ready_timeout_seconds", "stream", "network", "engine"}));
+       "start_cmd", "ready_cmd", "ready_timeout_seconds", "snapshot_after", "stream", "network",
+       "engine"}));
   CreateTemplateRequest req;
   if (doc.contains("engine")) AIRLOCK_TRY_ASSIGN(req.engine, GetEngineName(doc["engine"]));
   if (!doc.contains("name")) return Invalid("name is required");
@@ -911,7 +912,9 @@ Result<CreateTemplateRequest> CreateTemplateRequest::FromJson(std::string_view b
     if (!req.workdir.starts_with('/')) return Invalid("workdir must be an absolute path");
   }
   AIRLOCK_TRY(GetLimits(doc, req.limits, req.limits_given));
-  for (auto [field, target] : {std::pair{"start_cmd", &req.start_cmd}, {"ready_cmd", &req.ready_cmd}}) {
+  for (auto [field, target] : {std::pair{"start_cmd", &req.start_cmd},
+                               {"ready_cmd", &req.ready_cmd},
+                               {"snapshot_after", &req.snapshot_after}}) {
     if (!doc.contains(field)) continue;
     AIRLOCK_TRY_ASSIGN(*target, GetString(doc[field], field, kMaxCmdBytes, false));
     if (target->empty()) return Invalid(std::string(field) + " must not be empty when given");
@@ -939,6 +942,7 @@ TemplateSettings TemplateSettings::From(const CreateTemplateRequest& request) {
   s.start_cmd = request.start_cmd;
   s.ready_cmd = request.ready_cmd;
   s.ready_timeout_seconds = request.ready_timeout_seconds;
+  s.snapshot_after = request.snapshot_after;
   return s;
 }
 
@@ -952,6 +956,10 @@ std::string TemplateSettings::ToJson(const std::vector<TemplateStep>& steps) con
               {"start_cmd", start_cmd},
               {"ready_cmd", ready_cmd},
               {"ready_timeout_seconds", ready_timeout_seconds}};
+  if (!snapshot_after.empty()) out["snapshot_after"] = snapshot_after;
+  if (!memory_image.empty()) {
+    out["memory_snapshot"] = {{"image", memory_image}, {"bytes", memory_image_bytes}};
+  }
   json described = json::array();
   for (const TemplateStep& step : steps) {
     if (step.is_copy()) {
@@ -983,6 +991,11 @@ Result<TemplateSettings> TemplateSettings::FromJson(std::string_view text) {
     s.start_cmd = doc.value("start_cmd", std::string());
     s.ready_cmd = doc.value("ready_cmd", std::string());
     s.ready_timeout_seconds = doc.value("ready_timeout_seconds", kDefaultReadyTimeoutSeconds);
+    s.snapshot_after = doc.value("snapshot_after", std::string());
+    if (const json memory = doc.value("memory_snapshot", json::object()); !memory.empty()) {
+      s.memory_image = memory.at("image").get<std::string>();
+      s.memory_image_bytes = memory.at("bytes").get<uint64_t>();
+    }
     const json limits = doc.value("limits", json::object());
     AIRLOCK_TRY(GetLimits(limits, s.limits, s.limits_given));
   } catch (const json::exception& e) {

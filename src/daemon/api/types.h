@@ -173,6 +173,11 @@ struct CreateTemplateRequest {
   std::string start_cmd;  // started in the background as each sandbox is created
   std::string ready_cmd;  // run until it exits 0 before a create returns
   double ready_timeout_seconds = kDefaultReadyTimeoutSeconds;
+  // Run once, after the steps, in a sandbox of the new template (its start_cmd and ready_cmd
+  // done); once it exits 0 the sandbox's processes and memory are saved and every create of the
+  // template restores them instead of booting (Capabilities::memory_fork). "": no memory
+  // snapshot.
+  std::string snapshot_after;
   bool stream = false;  // answer with NDJSON build events as they happen
   // The build sandbox's network (a create's "network"); not a setting of the template: its
   // sandboxes get the network their own create asks for.
@@ -188,7 +193,8 @@ struct CreateTemplateRequest {
 
 // What a template gives the sandboxes made from it, as stored with the template (JSON):
 // {"base", "root", "engine", "env", "workdir", "limits": {given ones}, "start_cmd", "ready_cmd",
-//  "ready_timeout_seconds", "steps": [{"run"} | {"copy": {"path", "bytes", "mode"}}]}.
+//  "ready_timeout_seconds", "snapshot_after"?, "memory_snapshot"?: {"image", "bytes"},
+//  "steps": [{"run"} | {"copy": {"path", "bytes", "mode"}}]}.
 struct TemplateSettings {
   std::string base{kDefaultTemplate};
   // The root under the template's layers: kRootHostUsr (the host's /usr/bin, ...) or kRootOwn
@@ -203,6 +209,11 @@ struct TemplateSettings {
   LimitFields limits_given;
   std::string start_cmd, ready_cmd;
   double ready_timeout_seconds = kDefaultReadyTimeoutSeconds;
+  std::string snapshot_after;
+  // The memory image its creates restore (its build saved it after snapshot_after), and its
+  // size on disk; "": its sandboxes boot.
+  std::string memory_image;
+  uint64_t memory_image_bytes = 0;
 
   static TemplateSettings From(const CreateTemplateRequest& request);
   // The stored JSON; steps are described (copy contents are not kept).

@@ -58,6 +58,13 @@ Result<runtime::Engine*> Controller::ChooseEngine(const std::string& requested,
   if (!origin.memory_image.empty() && !can.memory_fork) {
     return std::unexpected(runtime::Lacks(name, "memory_fork", "start from a memory image"));
   }
+  if (!origin.memory_image.empty() && network.mode() != net::NetworkMode::kNone &&
+      !can.memory_checkpoint_network) {
+    return std::unexpected(runtime::Lacks(
+        name, "memory_checkpoint_network",
+        "give a sandbox restored from a memory image (a fork with memory, a template with "
+        "snapshot_after) a network"));
+  }
   return engine;
 }
 
@@ -138,6 +145,10 @@ Result<SandboxRecord> Controller::Create(const api::CreateSandboxRequest& reques
   if (auto st = CheckAutoHibernate(request, resolved->origin.engine); !st) {
     return std::unexpected(st.error());
   }
+  // What the engine cannot make is refused before a pooled sandbox is claimed for it.
+  if (auto chosen = ChooseEngine(request.engine, resolved->origin, request.network); !chosen) {
+    return std::unexpected(chosen.error());
+  }
   auto made = [&] {
     if (auto claimed = pools_.Claim(resolved->request, resolved->origin.engine)) {
       return std::move(*claimed);
@@ -201,7 +212,9 @@ Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest&
   // A pooled sandbox's network namespace must exist before the engine makes it (the jail joins
   // it as it clones), so the pool's sandboxes are made linked but parked; a claim gives them the
   // request's policy or takes the link away (PoolService::Claim).
-  const bool linked = networked || (pooled && networks_ != nullptr);
+  // A sandbox restored from a memory image has no link (its image was saved without one).
+  const bool linked =
+      networked || (pooled && networks_ != nullptr && origin.memory_image.empty());
   const std::string id = record.id;
   // The record exists before any resource does, so a crash during the create leaves a trace.
   if (auto inserted = store_.Insert(record); !inserted) {
@@ -246,7 +259,11 @@ Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest&
                                                   std::string("airlockd ") + kBuildId);
   if (!client) return destroy_and_fail(client.error().Wrap("connecting to the agent"));
   const runtime::SandboxInfo& info = (*sandbox)->info();
-  sandboxes_.Hold(id, &engine, {}, origin.workdir, std::move(*client));
+  // A restored agent has the env of the sandbox its image was saved from: this one's commands
+  // carry the sandbox's own (as a claimed pooled sandbox's do).
+  const bool env_per_command = !origin.memory_image.empty();
+  sandboxes_.Hold(id, &engine, env_per_command ? record.env : std::vector<std::string>{},
+                  origin.workdir, std::move(*client));
   // One commit records what the engine made (for recovery) and the running state. A crash
   // before it leaves the record creating, which the next start destroys by id.
   const SandboxState from[] = {SandboxState::kCreating};
@@ -254,6 +271,7 @@ Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest&
     r.engine_state = info.engine_state;
     if (!origin.workdir.empty()) r.resources[kWorkdir] = origin.workdir;
     if (origin.root != api::kRootHostUsr) r.resources[kRoot] = origin.root;
+    if (env_per_command) r.resources[kEnvPerCommand] = "yes";
     if (network) {
       r.resources[kNetSlot] = std::to_string(network->slot);
       r.resources[kNetAddress] = network->address;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "daemon/api/types.h"
 
 namespace airlock::daemon {
 namespace {
@@ -19,8 +20,20 @@ Result<RecoveryReport> Recovery::Run() {
   RecoveryReport report;
   // A build the previous run did not finish will not finish now; its sandbox goes below.
   std::set<std::string> unfinished_builds;
-  if (auto templates = store_.ListTemplates()) {
+  // The memory images templates restore; every other one an engine holds goes below (a fork's
+  // or a build's that a crash left).
+  std::set<std::string> template_images;
+  auto templates = store_.ListTemplates();
+  if (!templates) {
+    spdlog::error("start: listing templates: {}", templates.error().message());
+  } else {
     for (store::TemplateRecord& t : *templates) {
+      if (t.state == store::TemplateState::kReady) {
+        if (auto settings = api::TemplateSettings::FromJson(t.spec);
+            settings && !settings->memory_image.empty()) {
+          template_images.insert(settings->memory_image);
+        }
+      }
       if (t.state != store::TemplateState::kBuilding) continue;
       t.state = store::TemplateState::kFailed;
       t.error = "airlockd stopped during the build";
@@ -52,6 +65,20 @@ Result<RecoveryReport> Recovery::Run() {
         continue;
       }
       ++report.orphans_removed;
+    }
+    if (!templates) continue;  // which images are a template's is not known: all stay
+    auto images = engine->ListMemoryImages();
+    if (!images) {
+      spdlog::error("start: listing the {} engine's memory images: {}", engine->name(),
+                    images.error().message());
+      continue;
+    }
+    for (const std::string& image : *images) {
+      if (template_images.contains(image)) continue;
+      spdlog::info("start: removing memory image {}, which no template names", image);
+      if (auto st = engine->RemoveMemoryImage(image); !st) {
+        spdlog::error("start: {}", st.error().message());
+      }
     }
   }
   for (const SandboxRecord& rec : *records) {

@@ -71,6 +71,44 @@ TemplateRecord BaseTemplate() {
   return base;
 }
 
+// Runs `exec` streamed, its events to `log`; an error unless it exits 0 (with the end of its
+// output). `what` names it in errors ("step 3").
+Status RunStreamed(ExecService& exec_service, const std::string& id, api::ExecRequest exec,
+                   const std::string& what, const std::function<void(api::Event)>& log) {
+  exec.stream = true;
+  const std::string cmd = exec.cmd;
+  auto stream = exec_service.StartExec(id, exec);
+  if (!stream) return std::unexpected(stream.error().Wrap(what));
+  std::string tail;                // the end of its output, for the error message
+  std::optional<api::Event> last;  // its exit or error event
+  while (auto events = (*stream)->Next()) {
+    for (api::Event& event : *events) {
+      if (auto* output = std::get_if<api::OutputEvent>(&event.what)) {
+        tail += output->data;
+        if (tail.size() > 2048) tail.erase(0, tail.size() - 2048);
+      } else if (std::holds_alternative<api::ExitEvent>(event.what) ||
+                 std::holds_alternative<api::ErrorEvent>(event.what)) {
+        last = event;
+      }
+      log(std::move(event));
+    }
+  }
+  if (!last) return Fail(ErrorCode::kInternal, what + ": the command's stream ended early");
+  if (auto* error = std::get_if<api::ErrorEvent>(&last->what)) {
+    return Fail(ErrorCode::kInternal, what + ": " + error->error.message());
+  }
+  const api::ExecResultView& exit = std::get<api::ExitEvent>(last->what).result;
+  if (exit.signal != 0 || exit.exit_code != 0 || exit.timed_out) {
+    std::string how = exit.timed_out     ? "timed out"
+                      : exit.signal == 0 ? "exited " + std::to_string(exit.exit_code)
+                                         : "was killed by signal " + std::to_string(exit.signal);
+    if (tail.size() > 1024) tail = "..." + tail.substr(tail.size() - 1024);
+    return Fail(ErrorCode::kFailedPrecondition,
+                what + " (" + cmd + ") " + how + "; its output ended with: " + tail);
+  }
+  return {};
+}
+
 }  // namespace
 
 api::TemplateView ToTemplateView(const TemplateRecord& r) {
@@ -114,10 +152,14 @@ Result<ResolvedCreate> TemplateService::Resolve(const api::CreateSandboxRequest&
   settings->limits_given.Apply(settings->limits, limits);
   request.limits_given.Apply(request.limits, limits);
   r.request.limits = limits;
-  r.origin = {t->layers, settings->workdir, settings->root, settings->engine};
-  r.start_cmd = settings->start_cmd;
-  r.ready_cmd = settings->ready_cmd;
-  r.ready_timeout_seconds = settings->ready_timeout_seconds;
+  r.origin = {t->layers, settings->workdir, settings->root, settings->engine,
+              settings->memory_image};
+  // A memory snapshot was saved with start_cmd's processes running and ready_cmd passed.
+  if (settings->memory_image.empty()) {
+    r.start_cmd = settings->start_cmd;
+    r.ready_cmd = settings->ready_cmd;
+    r.ready_timeout_seconds = settings->ready_timeout_seconds;
+  }
   return r;
 }
 
@@ -170,6 +212,15 @@ Result<TemplateRecord> TemplateService::Build(const api::CreateTemplateRequest& 
   const runtime::Capabilities& can = (*engine)->capabilities();
   if (!can.layer_snapshot) {
     return std::unexpected(runtime::Lacks((*engine)->name(), "layer_snapshot", "build a template"));
+  }
+  if (!request.snapshot_after.empty()) {
+    if (!can.memory_fork) {
+      return std::unexpected(runtime::Lacks((*engine)->name(), "memory_fork",
+                                            "build a template with a memory snapshot "
+                                            "(snapshot_after)"));
+    }
+    // Its image is this engine's: its sandboxes are made there whatever the default becomes.
+    settings.engine = std::string((*engine)->name());
   }
   if (base_layers.size() >= can.max_layers) {
     return Fail(ErrorCode::kFailedPrecondition,
@@ -287,37 +338,8 @@ Result<TemplateRecord> TemplateService::Build(const api::CreateTemplateRequest& 
     exec.user = step.user;
     exec.cwd = settings.workdir;
     exec.timeout_seconds = step.timeout_seconds;
-    exec.stream = true;
-    auto stream = exec_.StartExec(build_id, exec);
-    if (!stream) return fail(stream.error().Wrap(what));
-    std::string tail;                // the end of its output, for the error message
-    std::optional<api::Event> last;  // its exit or error event
-    while (auto events = (*stream)->Next()) {
-      for (api::Event& event : *events) {
-        if (auto* output = std::get_if<api::OutputEvent>(&event.what)) {
-          tail += output->data;
-          if (tail.size() > 2048) tail.erase(0, tail.size() - 2048);
-        } else if (std::holds_alternative<api::ExitEvent>(event.what) ||
-                   std::holds_alternative<api::ErrorEvent>(event.what)) {
-          last = event;
-        }
-        log(std::move(event));
-      }
-    }
-    if (!last) {
-      return fail(Error(ErrorCode::kInternal, what + ": the command's stream ended early"));
-    }
-    if (auto* error = std::get_if<api::ErrorEvent>(&last->what)) {
-      return fail(Error(ErrorCode::kInternal, what + ": " + error->error.message()));
-    }
-    const api::ExecResultView& exit = std::get<api::ExitEvent>(last->what).result;
-    if (exit.signal != 0 || exit.exit_code != 0 || exit.timed_out) {
-      std::string how = exit.timed_out     ? "timed out"
-                        : exit.signal == 0 ? "exited " + std::to_string(exit.exit_code)
-                                           : "was killed by signal " + std::to_string(exit.signal);
-      if (tail.size() > 1024) tail = "..." + tail.substr(tail.size() - 1024);
-      return fail(Error(ErrorCode::kFailedPrecondition,
-                        what + " (" + step.run + ") " + how + "; its output ended with: " + tail));
+    if (auto st = RunStreamed(exec_, build_id, std::move(exec), what, log); !st) {
+      return fail(st.error());
     }
   }
 
@@ -339,26 +361,91 @@ Result<TemplateRecord> TemplateService::Build(const api::CreateTemplateRequest& 
   }
 
   log({api::SnapshotEvent{}});
+  const bool memory = !settings.snapshot_after.empty();
   {
     auto layers_lock = layers_.Hold();
     auto layer = sandboxes_.SnapshotLayer(build_id);
     if (!layer) return fail(layer.error());
     record.layers = {layer->digest};
     record.layers.insert(record.layers.end(), base_layers.begin(), base_layers.end());
+    if (!memory) record.state = TemplateState::kReady;
+    auto updated = store_.UpdateTemplate(record);
+    if (!updated) return fail(updated.error());
+    record = std::move(*updated);
+    spdlog::info("template {}: {} (layer {}: {} files, {} bytes)", record.name,
+                 memory ? "files ready" : "ready", layer->digest, layer->files, layer->bytes);
+  }
+  auto done_with = [&](const std::string& id) {
+    if (auto st = maker_.destroy(id); !st) spdlog::error("build: {}", st.error().message());
+    std::lock_guard lock(builds_mu_);
+    build_sandboxes_.erase(id);
+  };
+  done_with(build_id);
+  build_id.clear();
+  if (memory) {
+    auto image = SnapshotMemory(record, settings, sandbox_request.engine, build_id, log);
+    if (!image) return fail(image.error().Wrap("the memory snapshot"));
+    settings.memory_image = image->id;
+    settings.memory_image_bytes = image->bytes;
+    record.spec = settings.ToJson(request.steps);
     record.state = TemplateState::kReady;
     auto ready = store_.UpdateTemplate(record);
-    if (!ready) return fail(ready.error());
+    if (!ready) {
+      (void)(*engine)->RemoveMemoryImage(image->id);
+      return fail(ready.error());
+    }
     record = std::move(*ready);
-    spdlog::info("template {}: ready (layer {}: {} files, {} bytes)", record.name, layer->digest,
-                 layer->files, layer->bytes);
-  }
-  if (auto st = maker_.destroy(build_id); !st) spdlog::error("build: {}", st.error().message());
-  {
-    std::lock_guard lock(builds_mu_);
-    build_sandboxes_.erase(build_id);
+    spdlog::info("template {}: ready (memory image {}, {} bytes)", record.name, image->id,
+                 image->bytes);
+    log({api::MemorySnapshotEvent{fmt::format("saved: {} bytes", image->bytes)}});
+    done_with(build_id);
   }
   log({api::DoneEvent{ToTemplateView(record)}});
   return record;
+}
+
+Result<runtime::MemoryImage> TemplateService::SnapshotMemory(
+    const TemplateRecord& record, const api::TemplateSettings& settings,
+    const std::string& engine, std::string& sandbox_id,
+    const std::function<void(api::Event)>& log) {
+  log({api::MemorySnapshotEvent{"starting a sandbox of the template for snapshot_after"}});
+  // A sandbox as a create of the template gets it, without a network: no engine here saves
+  // one, and the sandboxes restored from the image have none.
+  ResolvedCreate resolved;
+  api::CreateSandboxRequest& request = resolved.request;
+  request.template_name = record.name;
+  request.ttl_seconds = kBuildTtlSeconds;
+  request.env = settings.env;
+  settings.limits_given.Apply(settings.limits, request.limits);
+  request.metadata[kBuildMetadataKey] = record.name;
+  request.engine = engine;
+  if (!record.tenant.empty()) request.tenant = record.tenant;
+  resolved.origin = {record.layers, settings.workdir, settings.root, settings.engine};
+  resolved.start_cmd = settings.start_cmd;
+  resolved.ready_cmd = settings.ready_cmd;
+  resolved.ready_timeout_seconds = settings.ready_timeout_seconds;
+  {
+    std::lock_guard lock(builds_mu_);
+    if (builds_stop_) return Fail(ErrorCode::kUnavailable, "airlockd is shutting down");
+  }
+  auto sandbox = maker_.create(request, resolved.origin);
+  if (!sandbox) return std::unexpected(sandbox.error().Wrap("creating its sandbox"));
+  sandbox_id = sandbox->id;
+  {
+    std::lock_guard lock(builds_mu_);
+    build_sandboxes_.insert(sandbox_id);
+    if (builds_stop_) return Fail(ErrorCode::kUnavailable, "airlockd is shutting down");
+  }
+  if (auto st = StartCommands(sandbox_id, resolved); !st) return std::unexpected(st.error());
+  api::ExecRequest exec;
+  exec.cmd = settings.snapshot_after;
+  exec.cwd = settings.workdir;
+  exec.timeout_seconds = settings.ready_timeout_seconds;
+  if (auto st = RunStreamed(exec_, sandbox_id, std::move(exec), "snapshot_after", log); !st) {
+    return std::unexpected(st.error());
+  }
+  log({api::MemorySnapshotEvent{"saving the sandbox's processes and memory"}});
+  return sandboxes_.SaveMemoryImage(sandbox_id);
 }
 
 // The events of a build running on its own thread, through a queue.
@@ -597,9 +684,24 @@ Status TemplateService::Delete(const std::string& name) {
   if (name == api::kDefaultTemplate) {
     return Fail(ErrorCode::kFailedPrecondition, "the base template cannot be deleted");
   }
+  auto record = store_.GetTemplate(name);
+  if (!record) return std::unexpected(record.error());
   if (auto st = store_.DeleteTemplate(name); !st) return st;
   pools_.Forget(name);
   spdlog::info("template {}: deleted", name);
+  // Its memory snapshot goes with it (the sandboxes restored from it have their own copies).
+  if (auto settings = api::TemplateSettings::FromJson(record->spec);
+      settings && !settings->memory_image.empty()) {
+    auto engine = engines_.Get(settings->engine.empty() ? engines_.default_name()
+                                                        : settings->engine);
+    Status removed = engine ? (*engine)->RemoveMemoryImage(settings->memory_image)
+                            : Status(std::unexpected(engine.error()));
+    if (!removed) {
+      // The next start removes it (no template names it then).
+      spdlog::error("template {}: removing its memory image: {}", name,
+                    removed.error().message());
+    }
+  }
   (void)layers_.Collect();
   return {};
 }
@@ -635,6 +737,10 @@ Result<TemplateRecord> SnapshotService::Snapshot(const std::string& id,
     }
   }
   settings.base = source->template_name;
+  // Its sandboxes boot: the source template's memory snapshot is not the source's memory.
+  settings.snapshot_after.clear();
+  settings.memory_image.clear();
+  settings.memory_image_bytes = 0;
   settings.root = RootOf(*source);
   settings.engine = source->engine;  // its layer was made there
   TemplateRecord record;

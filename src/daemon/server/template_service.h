@@ -47,7 +47,8 @@ struct SandboxOrigin {
   std::string workdir;
   std::string root{api::kRootHostUsr};  // what the layers stack on
   std::string engine;                   // the template's engine ("": none named)
-  // A memory image to start from (runtime::SandboxSpec::memory_image): a fork with memory.
+  // A memory image to start from (runtime::SandboxSpec::memory_image): a fork with memory, or a
+  // template's memory snapshot.
   std::string memory_image;
 };
 
@@ -133,6 +134,14 @@ class TemplateService {
   Result<store::TemplateRecord> DebianBase(const std::string& name,
                                            const std::function<void(api::Event)>& log);
   Result<Base> ImportImage(const std::string& path, const std::function<void(api::Event)>& log);
+  // A build's memory snapshot: a sandbox of the template (`record`, its layers made) on
+  // `engine`, its start_cmd and ready_cmd, then snapshot_after; once that exits 0 the sandbox's
+  // processes and memory are saved. `sandbox_id` names the sandbox as soon as it exists (the
+  // caller destroys it, whatever happens).
+  Result<runtime::MemoryImage> SnapshotMemory(const store::TemplateRecord& record,
+                                              const api::TemplateSettings& settings,
+                                              const std::string& engine, std::string& sandbox_id,
+                                              const std::function<void(api::Event)>& log);
 
   store::Store& store_;
   runtime::EngineRegistry& engines_;

@@ -55,9 +55,13 @@ constexpr const char* kSeccompInside = "/.airlock/seccomp";
 // How long a create waits for runsc, and then for the agent's socket.
 constexpr auto kRunscTimeout = std::chrono::seconds(30);
 constexpr auto kAgentTimeout = std::chrono::seconds(15);
-// Layers a root may stack. One for now: on a root of two or more, runsc's gofer answers stat of
-// the lower layers' files with EINVAL (runsc 20221219; docs/design/gvisor.md).
-constexpr uint32_t kMaxLayers = 1;
+// How long a trial sandbox on KVM may take to run `true` (ChoosePlatform); one that works takes
+// a fraction of a second.
+constexpr auto kKvmTrial = std::chrono::seconds(3);
+// Layers a root may stack: the overlay is the host's, mounted as the jail's is, so as many
+// (their /proc/self/fd/N paths fit the mount's page). The EINVAL once taken for a limit of the
+// layers is runsc's statx (docs/design/gvisor.md, "A statx finding").
+constexpr uint32_t kMaxLayers = 64;
 
 Status MakeDir(const std::string& path, mode_t mode) {
   if (::mkdir(path.c_str(), mode) < 0 && errno != EEXIST) return FailErrno("mkdir " + path, errno);
@@ -398,8 +402,11 @@ GvisorEngine::GvisorEngine(GvisorOptions options) : options_(std::move(options))
   // firewall, proxy and DNS stub on the host's end of the veth see the same packets as the jail's.
   capabilities_.networking = true;
   capabilities_.max_layers = kMaxLayers;
-  capabilities_.isolation = "gVisor's user-space kernel (runsc, platform " + options_.platform +
-                            ") between the sandbox and the host's kernel";
+  capabilities_.isolation =
+      "gVisor's user-space kernel (runsc, platform " + options_.platform +
+      (options_.platform_why.empty() ? "" : "; " + options_.platform_why) +
+      ") between the sandbox and the host's kernel";
+  capabilities_.platform = options_.platform;
   capabilities_.agent_channel =
       "a unix socket the agent makes in a directory of the host bound into the sandbox";
 }
@@ -425,10 +432,13 @@ Result<std::unique_ptr<GvisorEngine>> GvisorEngine::Open(GvisorOptions options) 
     return Fail(ErrorCode::kFailedPrecondition, "no agent at " + options.agent_path);
   }
   if (!options.layers) return Fail(ErrorCode::kInvalidArgument, "no layer store");
+  if (options.platform == "auto") {
+    PlatformChoice choice =
+        ChoosePlatform(options.runsc_path, options.state_dir + "/gvisor-platform-trial");
+    options.platform = std::move(choice.platform);
+    options.platform_why = "chosen: " + choice.why;
+  }
   std::unique_ptr<GvisorEngine> e(new GvisorEngine(std::move(options)));
-  // Memory images live as long as the fork that made them; what a crash left goes now.
-  std::error_code ec;
-  fs::remove_all(e->options_.state_dir + "/gvisor/memory-images", ec);
   for (const std::string& dir :
        {e->options_.state_dir + "/gvisor", e->options_.state_dir + "/gvisor/sandboxes",
         e->options_.state_dir + "/gvisor/memory-images"}) {
@@ -1066,6 +1076,18 @@ Status GvisorEngine::RemoveMemoryImage(const std::string& image) {
   return {};
 }
 
+Result<std::vector<std::string>> GvisorEngine::ListMemoryImages() {
+  std::vector<std::string> images;
+  std::error_code ec;
+  for (fs::directory_iterator it(options_.state_dir + "/gvisor/memory-images", ec), end;
+       !ec && it != end; it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    if (IsMemoryImageId(name)) images.push_back(std::move(name));
+  }
+  if (ec) return Fail(ErrorCode::kInternal, "listing memory images: " + ec.message());
+  return images;
+}
+
 Status GvisorEngine::Probe() {
   runtime::SandboxSpec spec;
   spec.limits.memory_mb = 64;
@@ -1074,9 +1096,62 @@ Status GvisorEngine::Probe() {
   return runtime::ProbeByCreate(*this, std::move(spec));
 }
 
+PlatformChoice ChoosePlatform(const std::string& runsc_path, const std::string& work) {
+  const int kvm = ::open("/dev/kvm", O_RDWR | O_CLOEXEC);
+  if (kvm < 0) return {"ptrace", std::string("no usable /dev/kvm: ") + std::strerror(errno)};
+  ::close(kvm);
+  // A sandbox of the host's root, read-only, that runs `true`: on a KVM that cannot run a
+  // guest runsc hangs as the Sentry starts, so the trial has a deadline.
+  std::error_code ec;
+  fs::remove_all(work, ec);
+  const json config = {
+      {"ociVersion", "1.0.0"},
+      {"process",
+       {{"user", {{"uid", 0}, {"gid", 0}}},
+        {"args", {"/bin/true"}},
+        {"env", {"PATH=/usr/bin:/bin"}},
+        {"cwd", "/"}}},
+      {"root", {{"path", "/"}, {"readonly", true}}},
+      {"hostname", "airlock-platform-trial"},
+      {"mounts", {{{"destination", "/proc"}, {"type", "proc"}, {"source", "proc"}}}},
+      {"linux",
+       {{"namespaces", {{{"type", "pid"}}, {{"type", "ipc"}}, {{"type", "uts"}},
+                        {{"type", "mount"}}}}}}};
+  PlatformChoice choice{"ptrace", ""};
+  if (auto st = MakeDir(work, 0700); !st) {
+    choice.why = "the KVM trial could not be set up: " + st.error().message();
+  } else if (auto written = WriteText(work + "/config.json", config.dump(), 0600); !written) {
+    choice.why = "the KVM trial could not be set up: " + written.error().message();
+  } else {
+    const std::vector<std::string> runsc = {runsc_path, "--root", work + "/runsc", "--platform",
+                                            "kvm", "--network", "none"};
+    std::vector<std::string> run = runsc;
+    run.insert(run.end(), {"run", "--bundle", work, "airlock-platform-trial"});
+    auto ran = RunProgram(run, "", kKvmTrial);
+    if (ran && ran->exit_code == 0) {
+      choice = {"kvm", "a runsc sandbox on KVM ran"};
+    } else {
+      const std::string output =
+          ran && ran->output.size() > 600 ? ran->output.substr(ran->output.size() - 600)
+          : ran                           ? ran->output
+                                          : "";
+      choice.why = ran ? "/dev/kvm is there but a runsc sandbox on KVM failed: " + output
+                       : "/dev/kvm is there but a runsc sandbox on KVM did not run `true` "
+                         "within " + std::to_string(kKvmTrial.count()) + " s";
+      // What the trial left (a sandbox runsc did not end when it was killed) goes.
+      std::vector<std::string> del = runsc;
+      del.insert(del.end(), {"delete", "--force", "airlock-platform-trial"});
+      (void)RunProgram(del, "", std::chrono::seconds(5));
+    }
+  }
+  fs::remove_all(work, ec);
+  return choice;
+}
+
 Result<std::unique_ptr<runtime::Engine>> MakeEngine(
     const runtime::EngineContext& context, const std::map<std::string, std::string>& options) {
   GvisorOptions o;
+  o.platform = "auto";
   o.state_dir = context.state_dir;
   o.agent_path = context.agent_path;
   o.layers = context.layers;
@@ -1088,7 +1163,9 @@ Result<std::unique_ptr<runtime::Engine>> MakeEngine(
       if (!value.starts_with('/')) return bad(key, "must be an absolute path");
       o.runsc_path = value;
     } else if (key == "platform") {
-      if (value != "ptrace" && value != "kvm") return bad(key, "must be ptrace or kvm");
+      if (value != "ptrace" && value != "kvm" && value != "auto") {
+        return bad(key, "must be auto, ptrace or kvm");
+      }
       o.platform = value;
     } else if (key == "cgroup_parent") {
       if (value.empty() || value.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-_") !=

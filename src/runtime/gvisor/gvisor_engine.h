@@ -27,10 +27,24 @@ struct GvisorOptions {
   std::string runsc_path = "runsc";  // looked up in /usr/sbin, /usr/bin, /sbin, /bin if bare
   std::string agent_path;            // airlock-agent
   const runtime::LayerStore* layers = nullptr;
-  std::string platform = "ptrace";  // runsc --platform: ptrace, or kvm where KVM runs guests
+  // runsc --platform: ptrace; kvm where KVM runs guests; auto: kvm if a trial sandbox on it
+  // runs (ChoosePlatform), else ptrace. The daemon's default is auto.
+  std::string platform = "ptrace";
+  std::string platform_why;  // how auto chose (Open fills it), for GET /v1/engines
   // runsc puts each sandbox in the cgroup <cgroup_parent>/<id> of every hierarchy it uses.
   std::string cgroup_parent = "airlock-gvisor";
 };
+
+// The platform "auto" picks: kvm when /dev/kvm opens and a runsc sandbox on KVM runs `true`
+// to its end within a few seconds (a device that exists but cannot run a guest, as in some
+// nested VMs, hangs instead), else ptrace; and why, in words. `work` is a scratch directory
+// (made and removed).
+struct PlatformChoice {
+  std::string platform;
+  std::string why;
+};
+[[nodiscard]] PlatformChoice ChoosePlatform(const std::string& runsc_path,
+                                            const std::string& work);
 
 // The registry's factory: options (airlockd.toml [engine.gvisor]) runsc, platform,
 // cgroup_parent. kInvalidArgument for an option it does not know or a bad value;
@@ -72,9 +86,11 @@ class GvisorEngine : public runtime::Engine {
 
   // A memory image in <state>/gvisor/memory-images/<image>/: `checkpoint/` (runsc's) and
   // `upper/` (a copy of the sandbox's writable layer at the checkpoint). The sandbox is restored
-  // from it and runs on. Only a sandbox without a network (as Hibernate).
+  // from it and runs on. Only a sandbox without a network (as Hibernate). Images stay across
+  // restarts (templates restore them); recovery removes those nothing names.
   Result<runtime::MemoryImage> SaveMemoryImage(const std::string& id) override;
   Status RemoveMemoryImage(const std::string& image) override;
+  Result<std::vector<std::string>> ListMemoryImages() override;
 
   std::string SandboxDir(const std::string& id) const;
 

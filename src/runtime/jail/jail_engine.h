@@ -65,6 +65,7 @@ class JailEngine : public runtime::Engine {
   Result<std::unique_ptr<runtime::Sandbox>> Wake(const std::string& id) override;
   Result<runtime::MemoryImage> SaveMemoryImage(const std::string& id) override;
   Status RemoveMemoryImage(const std::string& image) override;
+  Result<std::vector<std::string>> ListMemoryImages() override { return {}; }
 
   const CgroupLayout& cgroup_layout() const { return layout_; }
   // Whether the agent is statically linked (a sanitizer build's is not), which a sandbox on its

@@ -402,6 +402,38 @@ TEST(TemplateSettingsTest, TheRootAndEngineRoundTripAndAnUnknownRootIsRefused) {
   EXPECT_FALSE(TemplateSettings::FromJson(R"({"root": "host"})"));
 }
 
+TEST(TemplateSettingsTest, AMemorySnapshotRoundTripsAndOnlyWhenThereIsOne) {
+  auto req = CreateTemplateRequest::FromJson(
+      R"({"name": "t", "start_cmd": "python3 -i", "snapshot_after": "import numpy"})");
+  ASSERT_TRUE(req) << req.error().message();
+  TemplateSettings s = TemplateSettings::From(*req);
+  EXPECT_EQ(s.snapshot_after, "import numpy");
+  EXPECT_EQ(s.ToJson({}).find("memory_snapshot"), std::string::npos) << "no image yet";
+  s.memory_image = "mem-abcdefghijklmnop";
+  s.memory_image_bytes = 123456789012;
+  auto back = TemplateSettings::FromJson(s.ToJson({}));
+  ASSERT_TRUE(back) << back.error().message();
+  EXPECT_EQ(back->snapshot_after, "import numpy");
+  EXPECT_EQ(back->memory_image, "mem-abcdefghijklmnop");
+  EXPECT_EQ(back->memory_image_bytes, 123456789012u);
+  auto plain = TemplateSettings::FromJson(R"({"base": "base"})");  // stored before snapshots
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->memory_image, "");
+  EXPECT_EQ(plain->snapshot_after, "");
+  EXPECT_FALSE(TemplateSettings::FromJson(R"({"memory_snapshot": {"image": 1, "bytes": 2}})"));
+  EXPECT_FALSE(TemplateSettings::FromJson(R"({"memory_snapshot": {"bytes": 2}})"));
+  for (const char* bad : {R"({"name": "t", "snapshot_after": ""})",
+                          R"({"name": "t", "snapshot_after": 1})",
+                          R"({"name": "t", "snapshot_after": null})",
+                          R"({"name": "t", "snapshot_after": ["true"]})"}) {
+    auto refused = CreateTemplateRequest::FromJson(bad);
+    ASSERT_FALSE(refused) << bad;
+    EXPECT_EQ(refused.error().code(), ErrorCode::kInvalidArgument) << bad;
+    EXPECT_NE(refused.error().message().find("snapshot_after"), std::string::npos)
+        << refused.error().message();
+  }
+}
+
 TEST(CreateSandboxRequestTest, EngineIsANameAndNothingElse) {
   auto named = CreateSandboxRequest::FromJson(R"({"engine": "jail"})");
   ASSERT_TRUE(named) << named.error().message();
