@@ -20,6 +20,7 @@
 
 #include "net/networks.h"
 #include "support/airlockd.h"
+#include "support/engines.h"
 #include "support/fake_internet.h"
 
 namespace {
@@ -102,9 +103,11 @@ class NetworkUplinkTest : public DaemonTest {
     if (made_) RemoveTopology();
   }
   std::vector<std::string> DaemonArgs() const override {
-    return {"--network-uplink", "netns:" + upl_,
-            "--network-dns",    site_ + ":" + std::to_string(dns_->port()),
-            "--network-subnet", subnet_};
+    std::vector<std::string> args = {"--network-uplink", "netns:" + upl_,
+                                     "--network-dns",    site_ + ":" + std::to_string(dns_->port()),
+                                     "--network-subnet", subnet_};
+    if (engine_ == "gvisor") args.insert(args.end(), kWithGvisor.begin(), kWithGvisor.end());
+    return args;
   }
 
   void RemoveTopology() {
@@ -123,7 +126,7 @@ class NetworkUplinkTest : public DaemonTest {
   }
 
   std::string Create(const json& network) {
-    return CreateSandbox(json{{"network", network}}.dump());
+    return CreateSandbox(json{{"network", network}, {"engine", engine_}}.dump());
   }
   // What the daemon added for its uplink, counted: the host's transit veth, the policy rule,
   // routes in its table, the nftables table and the veth's end in the uplink namespace.
@@ -146,6 +149,7 @@ class NetworkUplinkTest : public DaemonTest {
     return p;
   }
 
+  std::string engine_ = "jail";  // the sandboxes' (NetworkUplinkEngineTest: each engine)
   std::string id_, net_, inet_, upl_, prefix_, uplink_ip_, site_, other_site_, subnet_;
   bool made_ = false;
   std::optional<FakeSites> sites_;
@@ -164,7 +168,21 @@ TEST_F(NetworkUplinkTest, TheHostCannotReachTheFakeInternetButTheUplinkCan) {
   EXPECT_EQ(sites_->hits(site_), hits);
 }
 
-TEST_F(NetworkUplinkTest, AllowlistProxyAndDnsGoOutThroughTheUplinkNamespace) {
+// What a sandbox sends goes out through the uplink namespace whatever its engine.
+class NetworkUplinkEngineTest : public NetworkUplinkTest,
+                                public ::testing::WithParamInterface<std::string> {
+ protected:
+  NetworkUplinkEngineTest() { engine_ = GetParam(); }
+  void SetUp() override {
+    NetworkUplinkTest::SetUp();
+    if (HasFatalFailure() || IsSkipped()) return;
+    if (const std::string lacks = EngineLacks(*daemon_, engine_, "networking"); !lacks.empty()) {
+      GTEST_SKIP() << lacks;
+    }
+  }
+};
+
+TEST_P(NetworkUplinkEngineTest, AllowlistProxyAndDnsGoOutThroughTheUplinkNamespace) {
   const std::string id = Create({{"mode", "allowlist"}, {"allow", {"allowed.test"}}});
   ASSERT_FALSE(id.empty());
   // DNS: the authority is reachable only through the uplink namespace.
@@ -189,7 +207,7 @@ TEST_F(NetworkUplinkTest, AllowlistProxyAndDnsGoOutThroughTheUplinkNamespace) {
             "403");
 }
 
-TEST_F(NetworkUplinkTest, OpenModeLeavesFromTheUplinkNamespaceOnly) {
+TEST_P(NetworkUplinkEngineTest, OpenModeLeavesFromTheUplinkNamespaceOnly) {
   const std::string a = Create({{"mode", "open"}});
   const std::string b = Create({{"mode", "open"}});
   ASSERT_FALSE(a.empty());
@@ -246,6 +264,9 @@ TEST_F(NetworkUplinkTest, OpenModeLeavesFromTheUplinkNamespaceOnly) {
   Run(a, "curl -s -m 3 http://169.254.169.254/", &code);
   EXPECT_NE(code, 0) << "an open sandbox reached the metadata address";
 }
+
+INSTANTIATE_TEST_SUITE_P(Engines, NetworkUplinkEngineTest,
+                         ::testing::ValuesIn(EnginesOfThisBuild()), EngineName);
 
 TEST_F(NetworkUplinkTest, ItsPlumbingGoesAtStopAndIsNotDoubledAfterAKill) {
   Plumbing p = Look();
