@@ -11,6 +11,7 @@
 // create and adopt, which the daemon stores with the sandbox's record and gives back at adopt.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -175,10 +176,15 @@ class Engine {
   // info's engine_state replaces the record's. On failure nothing of it runs and its image
   // stays (the caller records it failed; Destroy removes everything).
   [[nodiscard]] virtual Result<std::unique_ptr<Sandbox>> Wake(const std::string& id) = 0;
+  // What SaveMemoryImage calls once the image is whole, before the sandbox it was saved from is
+  // brought back: creates from the image may start meanwhile (the id and bytes are set).
+  using ImageSaved = std::function<void(const MemoryImage&)>;
   // Capabilities::memory_fork. Saves a running sandbox's processes, memory and files into an
   // image that Create can start new sandboxes from (SandboxSpec::memory_image); the sandbox runs
-  // on, its agent channels closed. Refused as Hibernate is.
-  [[nodiscard]] virtual Result<MemoryImage> SaveMemoryImage(const std::string& id) = 0;
+  // on, its agent channels closed. Refused as Hibernate is. `saved` (may be empty): above. A
+  // failure after `saved` was called leaves the image to the caller (RemoveMemoryImage).
+  [[nodiscard]] virtual Result<MemoryImage> SaveMemoryImage(const std::string& id,
+                                                            const ImageSaved& saved) = 0;
   // Idempotent; the sandboxes made from it are not touched.
   [[nodiscard]] virtual Status RemoveMemoryImage(const std::string& image) = 0;
   // Every memory image this engine instance holds, whole or half written (they outlive a

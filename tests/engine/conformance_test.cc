@@ -670,8 +670,19 @@ TEST_P(EngineConformance, SandboxesMadeFromAMemoryImageGoOnFromItsProcessesMemor
   const auto [value, count] = Remembered(*parent.client);
   ASSERT_TRUE(parent.client->WriteFile("/home/user/kept.txt", "from the parent"));
   parent.client.reset();
-  auto image = engine_->SaveMemoryImage(parent.id);
+  // Handed out whole before the parent is back: a sandbox made from it meanwhile works.
+  std::optional<Box> early;
+  std::string handed;
+  auto image = engine_->SaveMemoryImage(parent.id, [&](const runtime::MemoryImage& saved) {
+    handed = saved.id;
+    EXPECT_GT(saved.bytes, 0u);
+    runtime::SandboxSpec from;
+    from.memory_image = saved.id;
+    early.emplace(Make(from));
+  });
   ASSERT_TRUE(image) << image.error().message();
+  EXPECT_EQ(handed, image->id) << "the image was not handed out (once) before the return";
+  ASSERT_TRUE(early && early->client);
   EXPECT_GT(image->bytes, 0u);
   EXPECT_NE(image->engine_state, parent.engine_state) << "the save restarts the sandbox";
   parent.engine_state = image->engine_state;
@@ -699,7 +710,7 @@ TEST_P(EngineConformance, SandboxesMadeFromAMemoryImageGoOnFromItsProcessesMemor
   Box first = Make(spec);
   Box second = Make(spec);
   ASSERT_TRUE(first.client && second.client);
-  for (Box* child : {&first, &second}) {
+  for (Box* child : {&first, &second, &*early}) {
     // The same process with the same value, counting on from the parent's count.
     EXPECT_EQ(Remembered(*child->client, count).first, value) << child->id;
     EXPECT_EQ(child->client->ReadFile("/home/user/kept.txt").value_or(""), "from the parent");
@@ -731,7 +742,7 @@ TEST_P(EngineConformance, SandboxesMadeFromAMemoryImageGoOnFromItsProcessesMemor
   ASSERT_FALSE(refused) << "made a sandbox from a removed image";
   EXPECT_EQ(refused.error().code(), ErrorCode::kNotFound);
   EXPECT_TRUE(HostTraces(gone.id).empty()) << HostTraces(gone.id).Describe();
-  for (Box* box : {&first, &second}) {
+  for (Box* box : {&first, &second, &*early}) {
     Destroy(box->id);
     EXPECT_TRUE(HostTraces(box->id).empty()) << HostTraces(box->id).Describe();
   }
@@ -740,7 +751,9 @@ TEST_P(EngineConformance, SandboxesMadeFromAMemoryImageGoOnFromItsProcessesMemor
 TEST_P(EngineConformance, AnEngineWithoutMemoryForksSaysSo) {
   if (can().memory_fork) GTEST_SKIP() << "it has memory_fork (the test above checks it)";
   Box box = Make();
-  auto refused = engine_->SaveMemoryImage(box.id);
+  auto refused = engine_->SaveMemoryImage(box.id, [](const runtime::MemoryImage&) {
+    ADD_FAILURE() << "an engine without memory_fork handed out an image";
+  });
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().code(), ErrorCode::kFailedPrecondition);
   EXPECT_NE(refused.error().message().find("memory_fork"), std::string::npos);

@@ -257,7 +257,7 @@ Result<std::unique_ptr<runtime::Sandbox>> FakeEngine::Wake(const std::string&) {
   return std::unexpected(runtime::Lacks(name_, "memory_checkpoint", "wake a sandbox"));
 }
 
-Result<runtime::MemoryImage> FakeEngine::SaveMemoryImage(const std::string&) {
+Result<runtime::MemoryImage> FakeEngine::SaveMemoryImage(const std::string&, const ImageSaved&) {
   return std::unexpected(runtime::Lacks(name_, "memory_fork", "save a sandbox's memory"));
 }
 

@@ -46,7 +46,8 @@ class FakeEngine : public runtime::Engine {
   Status Resume(const std::string& id) override;
   Result<runtime::Hibernation> Hibernate(const std::string& id) override;
   Result<std::unique_ptr<runtime::Sandbox>> Wake(const std::string& id) override;
-  Result<runtime::MemoryImage> SaveMemoryImage(const std::string& id) override;
+  Result<runtime::MemoryImage> SaveMemoryImage(const std::string& id,
+                                               const ImageSaved& saved) override;
   Status RemoveMemoryImage(const std::string& image) override;
   Result<std::vector<std::string>> ListMemoryImages() override { return {}; }
 

@@ -179,15 +179,17 @@ Result<runtime::LayerSnapshot> SandboxTable::SnapshotLayer(const std::string& id
   return held->engine->SnapshotLayer(id);
 }
 
-Result<runtime::MemoryImage> SandboxTable::SaveMemoryImage(const std::string& id) {
+Result<runtime::MemoryImage> SandboxTable::SaveMemoryImage(
+    const std::string& id, const runtime::Engine::ImageSaved& saved) {
   std::shared_ptr<HeldSandbox> held = Find(id);
   if (!held) return Fail(ErrorCode::kNotFound, "sandbox " + id + " is not held by this daemon");
   std::lock_guard lock(held->lifecycle_mu);
   held->DropIdle();
-  auto image = held->engine->SaveMemoryImage(id);
+  auto image = held->engine->SaveMemoryImage(id, saved);
   if (!image) return image;
   if (auto recorded = store_.SetEngineState(id, image->engine_state); !recorded) {
-    (void)held->engine->RemoveMemoryImage(image->id);
+    // An image handed out is the caller's to remove (sandboxes may be starting from it).
+    if (!saved) (void)held->engine->RemoveMemoryImage(image->id);
     return std::unexpected(recorded.error());
   }
   return image;

@@ -149,8 +149,10 @@ class SandboxTable {
   Result<runtime::LayerSnapshot> SnapshotLayer(const std::string& id);
   // The engine's memory image of a held, running sandbox (runtime::Engine::SaveMemoryImage),
   // under its lifecycle lock, its idle channels dropped first (the agent closes them); the
-  // record takes the engine state the save left.
-  Result<runtime::MemoryImage> SaveMemoryImage(const std::string& id);
+  // record takes the engine state the save left. `saved`: runtime::Engine::ImageSaved (may be
+  // empty; when given, an image that was handed out is never removed here).
+  Result<runtime::MemoryImage> SaveMemoryImage(const std::string& id,
+                                               const runtime::Engine::ImageSaved& saved = {});
   // After an operation failed: the sandbox's state if it no longer fits (the destroy or pause
   // that interrupted it), else `error`.
   Error Explain(const std::string& id, Error error);

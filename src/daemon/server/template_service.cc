@@ -833,23 +833,30 @@ Result<SnapshotService::Forked> SnapshotService::ForkWithMemory(
   }
   // The layers stay the source's (its files come with the image): the keeper keeps them.
   auto layers_lock = layers_.Hold();
-  auto image = sandboxes_.SaveMemoryImage(id);
-  if (!image) return std::unexpected(image.error().Wrap("forking " + id));
   SandboxOrigin origin;
   origin.layers = source.layers;
   origin.root = RootOf(source);
   if (auto workdir = source.resources.find(kWorkdir); workdir != source.resources.end()) {
     origin.workdir = workdir->second;
   }
-  origin.memory_image = image->id;
-  // The forks are restored a few at a time: each restore is mostly runsc's own work.
-  Forked forked;
-  Status made_all;
-  for (int64_t first = 0; first < request.count && made_all; first += kForkRestoresAtOnce) {
-    std::vector<std::future<Result<SandboxRecord>>> batch;
+  // The forks are restored a few at a time (each restore is mostly runsc's own work), the first
+  // few while the source itself is restored from the same image.
+  std::vector<std::future<Result<SandboxRecord>>> batch;
+  auto launch = [&](int64_t first) {
     for (int64_t i = first; i < std::min(request.count, first + kForkRestoresAtOnce); ++i) {
       batch.push_back(std::async(std::launch::async, [&] { return maker_.create(like, origin); }));
     }
+  };
+  runtime::MemoryImage handed;  // the image, once the engine handed it out
+  auto image = sandboxes_.SaveMemoryImage(id, [&](const runtime::MemoryImage& saved) {
+    handed = saved;
+    origin.memory_image = saved.id;
+    launch(0);
+  });
+  Forked forked;
+  Status made_all;
+  if (!image) made_all = std::unexpected(image.error().Wrap("forking " + id));
+  auto collect = [&] {
     for (auto& one : batch) {
       auto made = one.get();
       if (!made) {
@@ -858,16 +865,25 @@ Result<SnapshotService::Forked> SnapshotService::ForkWithMemory(
         forked.sandboxes.push_back(std::move(*made));
       }
     }
+    batch.clear();
+  };
+  collect();  // the first few, also when the source's restore failed after they began
+  for (int64_t first = kForkRestoresAtOnce; first < request.count && made_all;
+       first += kForkRestoresAtOnce) {
+    launch(first);
+    collect();
   }
-  if (auto st = (*engine)->RemoveMemoryImage(image->id); !st) {
-    spdlog::error("forking {}: {}", id, st.error().message());
+  if (!handed.id.empty()) {
+    if (auto st = (*engine)->RemoveMemoryImage(handed.id); !st) {
+      spdlog::error("forking {}: {}", id, st.error().message());
+    }
   }
   if (!made_all) {
     for (const SandboxRecord& r : forked.sandboxes) (void)maker_.destroy(r.id);
     return std::unexpected(made_all.error());
   }
   spdlog::info("forked {} with its memory into {} sandbox(es) (image of {} bytes)", id,
-               request.count, image->bytes);
+               request.count, handed.bytes);
   return forked;
 }
 

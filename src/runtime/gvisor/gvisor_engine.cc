@@ -1036,13 +1036,14 @@ std::string GvisorEngine::MemoryImageDir(const std::string& image) const {
   return options_.state_dir + "/gvisor/memory-images/" + image;
 }
 
-Result<runtime::MemoryImage> GvisorEngine::SaveMemoryImage(const std::string& id) {
+Result<runtime::MemoryImage> GvisorEngine::SaveMemoryImage(const std::string& id,
+                                                           const ImageSaved& saved) {
   if (auto st = CheckSaveable(id); !st) {
     return std::unexpected(st.error().Wrap("saving the memory of " + id));
   }
-  runtime::MemoryImage saved;
-  saved.id = "mem-" + NewSandboxId().substr(4);
-  const std::string dir = MemoryImageDir(saved.id);
+  runtime::MemoryImage image;
+  image.id = "mem-" + NewSandboxId().substr(4);
+  const std::string dir = MemoryImageDir(image.id);
   if (::mkdir(dir.c_str(), 0700) < 0) return FailErrno("mkdir " + dir, errno);
   auto fail = [&](Error e) -> Result<runtime::MemoryImage> {
     std::error_code ec;
@@ -1054,16 +1055,26 @@ Result<runtime::MemoryImage> GvisorEngine::SaveMemoryImage(const std::string& id
   // stopped until the restore below).
   auto copied = RunProgramOk(
       {"cp", "-a", "--", SandboxDir(id) + "/disk/upper", dir + "/upper"}, "", kRunscTimeout);
+  // Whole: the caller may start sandboxes from it while this one comes back.
+  bool handed_out = false;
+  if (copied) {
+    image.bytes = TreeBytes(dir);
+    if (saved) {
+      saved(image);
+      handed_out = true;
+    }
+  }
   // The sandbox goes on from its own image, whatever happened to the copy.
   (void)ClearRun(id);
   auto restored = RestoreFrom(id, dir + "/checkpoint");
   if (!restored) {
-    return fail(restored.error().Wrap("restoring it after the save (it is stopped)"));
+    Error why = restored.error().Wrap("restoring it after the save (it is stopped)");
+    if (handed_out) return std::unexpected(std::move(why).Wrap("saving the memory of " + id));
+    return fail(std::move(why));
   }
   if (!copied) return fail(copied.error().Wrap("copying its writable layer"));
-  saved.bytes = TreeBytes(dir);
-  saved.engine_state = json{{"pid", restored->second}}.dump();
-  return saved;
+  image.engine_state = json{{"pid", restored->second}}.dump();
+  return image;
 }
 
 Status GvisorEngine::RemoveMemoryImage(const std::string& image) {

@@ -88,7 +88,8 @@ class GvisorEngine : public runtime::Engine {
   // `upper/` (a copy of the sandbox's writable layer at the checkpoint). The sandbox is restored
   // from it and runs on. Only a sandbox without a network (as Hibernate). Images stay across
   // restarts (templates restore them); recovery removes those nothing names.
-  Result<runtime::MemoryImage> SaveMemoryImage(const std::string& id) override;
+  Result<runtime::MemoryImage> SaveMemoryImage(const std::string& id,
+                                               const ImageSaved& saved) override;
   Status RemoveMemoryImage(const std::string& image) override;
   Result<std::vector<std::string>> ListMemoryImages() override;
 

@@ -642,7 +642,7 @@ Result<std::unique_ptr<runtime::Sandbox>> JailEngine::Wake(const std::string&) {
   return std::unexpected(runtime::Lacks(name(), "memory_checkpoint", "wake a sandbox"));
 }
 
-Result<runtime::MemoryImage> JailEngine::SaveMemoryImage(const std::string&) {
+Result<runtime::MemoryImage> JailEngine::SaveMemoryImage(const std::string&, const ImageSaved&) {
   return std::unexpected(runtime::Lacks(name(), "memory_fork", "save a sandbox's memory"));
 }
 
