@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "support/airlockd.h"
+#include "support/engines.h"
 #include "support/fake_internet.h"
 
 namespace {
@@ -46,9 +47,19 @@ class NetworkPoolTest : public DaemonTest {
     // sandbox's, pooled or not.
     std::vector<std::string> args = internet_->DaemonArgs();
     args.insert(args.end(), {"--network-subnet", subnet_prefix_ + "0/24"});
+    if (engine_ == "gvisor") args.insert(args.end(), kWithGvisor.begin(), kWithGvisor.end());
     daemon_.emplace(dir_ + "/state", args);
     id_ = daemon_->network_id();
     ASSERT_TRUE(daemon_->Start());
+    if (engine_ == "jail") return;
+    // A pool is made on its template's engine: a template of the engine's own, with no steps.
+    if (const std::string lacks = EngineLacks(*daemon_, engine_, "networking"); !lacks.empty()) {
+      GTEST_SKIP() << lacks;
+    }
+    pool_template_ = "on-" + engine_;
+    Reply built = daemon_->Call(http::verb::post, "/v1/templates",
+                                json{{"name", pool_template_}, {"engine", engine_}}.dump());
+    ASSERT_EQ(built.status, 201) << built.body;
   }
   void TearDown() override {
     DaemonTest::TearDown();
@@ -67,18 +78,19 @@ class NetworkPoolTest : public DaemonTest {
     return out;
   }
 
-  // The "base" entry of GET /v1/pools (null when it has none).
+  // The pool template's entry of GET /v1/pools (null when it has none).
   json BasePool() {
     Reply r = daemon_->Call(http::verb::get, "/v1/pools");
     EXPECT_EQ(r.status, 200) << r.body;
     const json doc = r.Json();
     for (const json& p : doc["pools"]) {
-      if (p["template"] == "base") return p;
+      if (p["template"] == pool_template_) return p;
     }
     return nullptr;
   }
   void Resize(int size) {
-    Reply r = daemon_->Call(http::verb::put, "/v1/pools/base", json{{"size", size}}.dump());
+    Reply r = daemon_->Call(http::verb::put, "/v1/pools/" + pool_template_,
+                            json{{"size", size}}.dump());
     ASSERT_EQ(r.status, 200) << r.body;
   }
   ::testing::AssertionResult WaitReady(int64_t ready) {
@@ -91,11 +103,13 @@ class NetworkPoolTest : public DaemonTest {
     }
     return ::testing::AssertionFailure() << "the pool never had " << ready << " ready: " << pool;
   }
-  // Every sandbox the engine has (pooled ones included).
-  std::set<std::string> JailIds() {
+  // Every sandbox the engine under test has (pooled ones included).
+  std::set<std::string> EngineIds() {
     std::set<std::string> ids;
     std::error_code ec;
-    for (const auto& e : fs::directory_iterator(daemon_->state_dir() + "/jail", ec)) {
+    const std::string dir =
+        daemon_->state_dir() + (engine_ == "jail" ? "/jail" : "/" + engine_ + "/sandboxes");
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
       ids.insert(e.path().filename().string());
     }
     return ids;
@@ -141,8 +155,11 @@ class NetworkPoolTest : public DaemonTest {
     return "ip netns exec airlock-" + id_ + "-" + std::to_string(slot) + " " + cmd;
   }
 
+  // A create of the pool's template (network mode none when `network` is null).
   std::string CreateWith(const json& network) {
-    return CreateSandbox(json{{"network", network}}.dump());
+    json body = {{"template", pool_template_}};
+    if (!network.is_null()) body["network"] = network;
+    return CreateSandbox(body.dump());
   }
   void Delete(const std::string& id) {
     EXPECT_EQ(daemon_->Call(http::verb::delete_, "/v1/sandboxes/" + id).status, 204) << id;
@@ -159,11 +176,23 @@ class NetworkPoolTest : public DaemonTest {
     return interfaces;
   }
 
+  // The pool's hits, as /metrics counts them.
+  double Hits() {
+    return Metric("airlock_pool_claims_total{template=\"" + pool_template_ + "\",result=\"hit\"}");
+  }
+
   std::optional<FakeInternet> internet_;
   std::string id_, site_, other_site_, subnet_prefix_;
+  std::string engine_ = "jail";          // the pooled sandboxes' (NetworkPoolEngineTest: each)
+  std::string pool_template_ = "base";   // the template whose pool the tests fill
 };
 
-const std::string kHit = R"(airlock_pool_claims_total{template="base",result="hit"})";
+// The tests of a pool's claims, once per engine.
+class NetworkPoolEngineTest : public NetworkPoolTest,
+                              public ::testing::WithParamInterface<std::string> {
+ protected:
+  NetworkPoolEngineTest() { engine_ = GetParam(); }
+};
 
 // Run with SITE GATEWAY PROXY_PORT: TCP to the site's ports 80 and 8080 and to the proxy, then a
 // DNS query for allowed.test to the gateway's port 53; prints "open"/"closed" for each
@@ -188,10 +217,10 @@ except OSError:
 print(" ".join(out))
 )PY";
 
-TEST_F(NetworkPoolTest, NetworkedCreatesAreServedFromThePoolEachWithItsOwnPolicy) {
+TEST_P(NetworkPoolEngineTest, NetworkedCreatesAreServedFromThePoolEachWithItsOwnPolicy) {
   Resize(2);
   ASSERT_TRUE(WaitReady(2));
-  const std::set<std::string> pooled = JailIds();
+  const std::set<std::string> pooled = EngineIds();
   ASSERT_EQ(pooled.size(), 2u);
   // Each pooled sandbox has its link, parked: its veth is in no firewall set.
   EXPECT_EQ(Namespaces().size(), 2u);
@@ -201,7 +230,7 @@ TEST_F(NetworkPoolTest, NetworkedCreatesAreServedFromThePoolEachWithItsOwnPolicy
   const std::string allow = CreateWith({{"mode", "allowlist"}, {"allow", {"allowed.test"}}});
   ASSERT_FALSE(allow.empty());
   EXPECT_TRUE(pooled.contains(allow)) << allow << " did not come from the pool";
-  EXPECT_EQ(Metric(kHit), 1);
+  EXPECT_EQ(Hits(), 1);
   const json view = daemon_->Call(http::verb::get, "/v1/sandboxes/" + allow).Json();
   EXPECT_EQ(view["network"]["mode"], "allowlist") << view;
   EXPECT_EQ(view["network"]["allow"], json::array({"allowed.test"})) << view;
@@ -233,7 +262,7 @@ TEST_F(NetworkPoolTest, NetworkedCreatesAreServedFromThePoolEachWithItsOwnPolicy
   const std::string open = CreateWith({{"mode", "open"}});
   ASSERT_FALSE(open.empty());
   EXPECT_TRUE(pooled.contains(open)) << open << " did not come from the pool";
-  EXPECT_EQ(Metric(kHit), 2);
+  EXPECT_EQ(Hits(), 2);
   EXPECT_EQ(Run(open, "echo ${HTTP_PROXY:-unset}"), "unset\n");
   EXPECT_EQ(Run(open, "curl -s -m 10 http://" + other_site_ + "/"),
             "site " + other_site_ + " host " + other_site_ + "\n");
@@ -251,14 +280,14 @@ TEST_F(NetworkPoolTest, NetworkedCreatesAreServedFromThePoolEachWithItsOwnPolicy
   Delete(open);
 }
 
-TEST_F(NetworkPoolTest, ANoneClaimFromThePoolHasOnlyLoopbackAndSendsNothing) {
+TEST_P(NetworkPoolEngineTest, ANoneClaimFromThePoolHasOnlyLoopbackAndSendsNothing) {
   Resize(1);
   ASSERT_TRUE(WaitReady(1));
-  const std::set<std::string> pooled = JailIds();
-  const std::string none = CreateSandbox();
+  const std::set<std::string> pooled = EngineIds();
+  const std::string none = CreateWith(nullptr);
   ASSERT_FALSE(none.empty());
   EXPECT_TRUE(pooled.contains(none)) << none << " did not come from the pool";
-  EXPECT_EQ(Metric(kHit), 1);
+  EXPECT_EQ(Hits(), 1);
   // Right after the claim (its veth may not be deleted yet): nothing leaves, by address or by
   // name, and resolv.conf names no server.
   int code = 0;
@@ -286,12 +315,12 @@ TEST_F(NetworkPoolTest, ANoneClaimFromThePoolHasOnlyLoopbackAndSendsNothing) {
   EXPECT_EQ(Run(open, "curl -s -m 10 http://" + site_ + "/"),
             "site " + site_ + " host " + site_ + "\n");
   EXPECT_EQ(internet_->sites().hits(site_), 1);
-  EXPECT_EQ(Metric(kHit), 2);
+  EXPECT_EQ(Hits(), 2);
   Delete(none);
   Delete(open);
 }
 
-TEST_F(NetworkPoolTest, APooledSandboxsLinkSendsNothingUntilAClaimGivesItAPolicy) {
+TEST_P(NetworkPoolEngineTest, APooledSandboxsLinkSendsNothingUntilAClaimGivesItAPolicy) {
   Resize(1);
   ASSERT_TRUE(WaitReady(1));
   const std::set<int> slots = Namespaces();
@@ -321,6 +350,9 @@ TEST_F(NetworkPoolTest, APooledSandboxsLinkSendsNothingUntilAClaimGivesItAPolicy
   EXPECT_EQ(internet_->sites().hits(site_ + ":8080"), 0);
   Delete(id);
 }
+
+INSTANTIATE_TEST_SUITE_P(Engines, NetworkPoolEngineTest, ::testing::ValuesIn(EnginesOfThisBuild()),
+                         EngineName);
 
 TEST_F(NetworkPoolTest, RestartAfterSigkillAdoptsParkedAndClaimedLinksAndLeavesNothing) {
   Resize(2);
@@ -366,10 +398,10 @@ TEST_F(NetworkPoolTest, RestartAfterSigkillAdoptsParkedAndClaimedLinksAndLeavesN
   for (const std::string& id : {allow, none, later}) Delete(id);
   Resize(0);
   ASSERT_TRUE(WaitReady(0));
-  for (int i = 0; i < 200 && !(JailIds().empty() && Namespaces().empty()); ++i) {
+  for (int i = 0; i < 200 && !(EngineIds().empty() && Namespaces().empty()); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  EXPECT_TRUE(JailIds().empty());
+  EXPECT_TRUE(EngineIds().empty());
   EXPECT_EQ(Namespaces(), std::set<int>{});
   EXPECT_EQ(SetMembers(), "");
   ASSERT_EQ(daemon_->Stop(SIGTERM), 0);
