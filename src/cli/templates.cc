@@ -170,9 +170,10 @@ Outcome<int> List(Globals& globals) {
   std::vector<std::vector<std::string>> rows;
   for (const json& t : list) {
     const json memory = t.value("memory_snapshot", json::object());
+    const std::string memory_bytes =
+        memory.contains("bytes") ? std::to_string(memory.value("bytes", uint64_t{0})) : "-";
     rows.push_back({Text(t, "name"), Text(t, "state"),
-                    std::to_string(t.value("layers", json::array()).size()),
-                    memory.contains("bytes") ? std::to_string(memory.value("bytes", 0)) : "-",
+                    std::to_string(t.value("layers", json::array()).size()), memory_bytes,
                     Text(t, "created_at"), Text(t, "source")});
   }
   PrintText(FormatTable({"NAME", "STATE", "LAYERS", "MEMORY", "CREATED", "SOURCE"}, rows));
