@@ -79,7 +79,7 @@ class NetworkPoolTest : public DaemonTest {
   }
 
   // The pool template's entry of GET /v1/pools (null when it has none).
-  json BasePool() {
+  json PoolEntry() {
     Reply r = daemon_->Call(http::verb::get, "/v1/pools");
     EXPECT_EQ(r.status, 200) << r.body;
     const json doc = r.Json();
@@ -97,7 +97,7 @@ class NetworkPoolTest : public DaemonTest {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     json pool;
     while (std::chrono::steady_clock::now() < deadline) {
-      pool = BasePool();
+      pool = PoolEntry();
       if (!pool.is_null() && pool["ready"] == ready) return ::testing::AssertionSuccess();
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -273,7 +273,7 @@ TEST_P(NetworkPoolEngineTest, NetworkedCreatesAreServedFromThePoolEachWithItsOwn
   EXPECT_NE(still.find(" 403"), std::string::npos) << still;
   EXPECT_EQ(internet_->sites().hits(other_site_), 2);
 
-  const json pool = BasePool();
+  const json pool = PoolEntry();
   EXPECT_EQ(pool["hits"], 2) << pool;
   EXPECT_EQ(pool["misses"], 0) << pool;
   Delete(allow);
@@ -391,7 +391,7 @@ TEST_F(NetworkPoolTest, RestartAfterSigkillAdoptsParkedAndClaimedLinksAndLeavesN
             "site " + site_ + " host allowed.test\n");
   const std::string denied = Run(later, "curl -s -m 10 -w ' %{http_code}' http://other.test/");
   EXPECT_NE(denied.find(" 403"), std::string::npos) << denied;
-  EXPECT_EQ(BasePool()["hits"], 1);
+  EXPECT_EQ(PoolEntry()["hits"], 1);
   EXPECT_EQ(internet_->sites().hits(other_site_), 0);
 
   // Emptied and stopped: no namespace, veth, set member or table of this daemon is left.

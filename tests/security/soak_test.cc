@@ -646,7 +646,8 @@ TEST_P(SoakEngineTest, ChurnLeavesNothingBehind) {
                               std::to_string(P().concurrency) + " workers, " +
                                   Fixed(run_seconds) + " s, every third networked, every third "
                                   "with a short TTL"});
-  Report::Global().Add(Figure{Klass("churn throughput"), ledger.cycles / run_seconds, "cycles/s", ""});
+  Report::Global().Add(
+      Figure{Klass("churn throughput"), ledger.cycles / run_seconds, "cycles/s", ""});
   Report::Global().Add(Figure{Klass("daemon RSS growth after warm-up"), growth, "%",
                               std::to_string(rss_warm / 1024) + " -> " +
                                   std::to_string(rss_end / 1024) + " MiB (peak " +
