@@ -461,6 +461,9 @@ TEST_P(NetworkRulesTest, TheMetadataAddressStaysOutOfReachOverIpv6) {
   // A fake metadata server in the fake internet, and a host route to it there: the host itself
   // reaches it (the positive control of the topology), no sandbox does, whatever its rules say.
   const std::string meta = "fd00:ec2::254";
+  // The route to it is the host's, one for every test process, and ctest runs the engines'
+  // instances at once: it runs once, on the jail (the rule is the daemon's, the same for both).
+  if (GetParam() != "jail") GTEST_SKIP() << "a host-wide route: checked once, on the jail";
   ASSERT_EQ(std::system(("ip -n " + internet_->ns + " addr add " + meta +
                          "/128 dev eth0 nodad && ip -6 route add " + meta + "/128 via " +
                          internet_->site6 + " dev " + internet_->uplink)

@@ -119,9 +119,6 @@ InventoryTarget::InventoryTarget(pid_t daemon_pid, std::string state_dir, std::s
       // The parent itself goes with the last sandbox in it (cgroups.cc), so it may be absent.
       std::error_code ec;
       if (fs::is_directory(own, ec)) cgroup_parents_.push_back(own + "/airlock");
-      // gVisor's: runsc puts each sandbox at <hierarchy root>/airlock-gvisor/<id> (the engine's
-      // default cgroup_parent), whatever the daemon's own cgroup.
-      if (fs::is_directory(m, ec)) cgroup_parents_.push_back(m + "/airlock-gvisor");
     }
   }
 }
@@ -179,17 +176,15 @@ Inventory InventoryTarget::Take(pid_t daemon_pid) const {
 
   // Mounts under the state dir (the host's mount table; the daemon shares it).
   std::istringstream mounts(ReadAll("/proc/self/mountinfo"));
-  // Each engine's directory of sandboxes: <dir>/<id>/...
-  const std::string sandbox_dirs[] = {state_dir_ + "/jail/", state_dir_ + "/gvisor/sandboxes/"};
+  const std::string jail_dir = state_dir_ + "/jail/";
   for (std::string line; std::getline(mounts, line);) {
     std::istringstream fields(line);
     std::string id, parent, devno, root, point;
     fields >> id >> parent >> devno >> root >> point;
     if (!point.starts_with(state_dir_ + "/")) continue;
     std::string owner;
-    for (const std::string& dir : sandbox_dirs) {
-      if (!point.starts_with(dir)) continue;
-      owner = point.substr(dir.size());
+    if (point.starts_with(jail_dir)) {
+      owner = point.substr(jail_dir.size());
       owner = owner.substr(0, owner.find('/'));
     }
     inv.objects.insert({"mount", point, owner});
@@ -227,11 +222,8 @@ Inventory InventoryTarget::Take(pid_t daemon_pid) const {
   }
 
   // Directories the daemon makes per sandbox and per import.
-  for (const std::string& dir : sandbox_dirs) {
-    for (const std::string& name : Entries(dir)) inv.objects.insert({"dir", dir + name, name});
-  }
-  for (const std::string& name : Entries(state_dir_ + "/gvisor/memory-images")) {
-    inv.objects.insert({"dir", state_dir_ + "/gvisor/memory-images/" + name, ""});
+  for (const std::string& name : Entries(state_dir_ + "/jail")) {
+    inv.objects.insert({"dir", state_dir_ + "/jail/" + name, name});
   }
   for (const std::string& name : Entries(state_dir_ + "/staging")) {
     inv.objects.insert({"dir", state_dir_ + "/staging/" + name, ""});

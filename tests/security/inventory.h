@@ -54,7 +54,7 @@ class InventoryTarget {
  private:
   std::string state_dir_;
   std::string network_id_;
-  std::vector<std::string> cgroup_parents_;  // .../airlock and .../airlock-gvisor, per hierarchy
+  std::vector<std::string> cgroup_parents_;  // .../airlock, one per hierarchy
 };
 
 // What `after` holds that `before` did not, less what belongs to a sandbox in `live`.

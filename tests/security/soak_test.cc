@@ -28,7 +28,6 @@
 #include "security/inventory.h"
 #include "security/report.h"
 #include "support/airlockd.h"
-#include "support/engines.h"
 
 namespace airlock::security {
 namespace {
@@ -121,10 +120,7 @@ class SoakTest : public DaemonTest {
   // A /20 (1024 network slots): churn deletes faster than the kernel takes links down, and the
   // harness's /24 (64 slots) ran out in a fast run.
   std::vector<std::string> DaemonArgs() const override {
-    std::vector<std::string> args = {
-        "--network-subnet", "10.218." + std::to_string(::getpid() % 16 * 16) + ".0/20"};
-    if (engine_ == "gvisor") args.insert(args.end(), kWithGvisor.begin(), kWithGvisor.end());
-    return args;
+    return {"--network-subnet", "10.218." + std::to_string(::getpid() % 16 * 16) + ".0/20"};
   }
   void SetUp() override {
     DaemonTest::SetUp();
@@ -136,14 +132,9 @@ class SoakTest : public DaemonTest {
                           " kills=" + std::to_string(P().kills) +
                           " bomb_seconds=" + std::to_string(P().bomb_seconds) +
                           (P().strict ? " strict" : " (timing targets reported only)"));
-    if (const std::string lacks = EngineLacks(*daemon_, engine_); !lacks.empty()) {
-      GTEST_SKIP() << lacks;
-    }
-    const std::string plain = CreateSandbox(json{{"engine", engine_}}.dump());
+    const std::string plain = CreateSandbox();
     ASSERT_FALSE(plain.empty());
-    json networked_body = json::parse(NetworkedBody());
-    networked_body["engine"] = engine_;
-    Reply networked = daemon_->Call(http::verb::post, "/v1/sandboxes", networked_body.dump());
+    Reply networked = daemon_->Call(http::verb::post, "/v1/sandboxes", NetworkedBody());
     networked_ = networked.status == 201;
     if (!networked_) {
       Report::Global().Note("no networked sandboxes (netns, veths, nftables not exercised): " +
@@ -225,17 +216,6 @@ class SoakTest : public DaemonTest {
   std::optional<InventoryTarget> target_;
   Inventory baseline_;
   bool networked_ = false;
-  std::string engine_ = "jail";  // the sandboxes' (SoakEngineTest: each engine)
-};
-
-// The churn and crash tests, once per engine.
-class SoakEngineTest : public SoakTest, public ::testing::WithParamInterface<std::string> {
- protected:
-  SoakEngineTest() { engine_ = GetParam(); }
-  // The report's class, with the engine named for every engine but the jail.
-  std::string Klass(const std::string& klass) const {
-    return engine_ == "jail" ? klass : klass + " (" + engine_ + ")";
-  }
 };
 
 // ---- resource bombs ----------------------------------------------------------------------
@@ -516,13 +496,13 @@ struct Ledger {
 // One worker: create (every third with a network allowlist, every third with a short TTL that
 // it leaves to expire), run a command and check its answer, write and read a file, delete.
 // Stops when `stop` is set or the daemon is gone.
-void Worker(const Daemon& d, const std::string& engine, int w, bool networked,
-            const std::atomic<bool>& stop, Ledger& ledger) {
+void Worker(const Daemon& d, int w, bool networked, const std::atomic<bool>& stop,
+            Ledger& ledger) {
   HttpClient http = ClientFor(d);
   std::mt19937 rng(static_cast<unsigned>(w * 7919 + ::getpid()));
   for (int i = 0; !stop; ++i) {
     const int kind = static_cast<int>(rng() % 3);
-    json body = {{"engine", engine}};
+    json body = json::object();
     int ttl = 0;
     if (kind == 1 && networked) {
       body["network"] = {{"mode", "allowlist"}, {"allow", {"allowed.test"}}};
@@ -585,11 +565,10 @@ void Worker(const Daemon& d, const std::string& engine, int w, bool networked,
 // and leave its daemon running).
 class Workers {
  public:
-  Workers(const Daemon& d, const std::string& engine, int count, bool networked,
-          Ledger& ledger) {
+  Workers(const Daemon& d, int count, bool networked, Ledger& ledger) {
     for (int w = 0; w < count; ++w) {
-      threads_.emplace_back([&d, engine, w, networked, &ledger, this] {
-        Worker(d, engine, w, networked, stop_, ledger);
+      threads_.emplace_back([&d, w, networked, &ledger, this] {
+        Worker(d, w, networked, stop_, ledger);
       });
     }
   }
@@ -606,11 +585,11 @@ class Workers {
   std::vector<std::thread> threads_;
 };
 
-TEST_P(SoakEngineTest, ChurnLeavesNothingBehind) {
-  const std::string klass = Klass("leaks under churn");
+TEST_F(SoakTest, ChurnLeavesNothingBehind) {
+  const std::string klass = "leaks under churn";
   Ledger ledger;
   const auto start = Clock::now();
-  Workers workers(*daemon_, engine_, P().concurrency, networked_, ledger);
+  Workers workers(*daemon_, P().concurrency, networked_, ledger);
   // RSS after a quarter of the run (warm: allocator arenas, caches, thread stacks), and at the end.
   std::this_thread::sleep_for(std::chrono::milliseconds(P().seconds * 250));
   const int64_t rss_warm = target_->Take(daemon_->pid()).daemon_rss_kb;
@@ -642,18 +621,17 @@ TEST_P(SoakEngineTest, ChurnLeavesNothingBehind) {
   const int64_t rss_end = target_->Take(daemon_->pid()).daemon_rss_kb;
   const double growth = 100.0 * static_cast<double>(rss_end - rss_warm) /
                         static_cast<double>(rss_warm);
-  Report::Global().Add(Figure{Klass("churn cycles"), static_cast<double>(ledger.cycles), "count",
+  Report::Global().Add(Figure{"churn cycles", static_cast<double>(ledger.cycles), "count",
                               std::to_string(P().concurrency) + " workers, " +
                                   Fixed(run_seconds) + " s, every third networked, every third "
                                   "with a short TTL"});
-  Report::Global().Add(
-      Figure{Klass("churn throughput"), ledger.cycles / run_seconds, "cycles/s", ""});
-  Report::Global().Add(Figure{Klass("daemon RSS growth after warm-up"), growth, "%",
+  Report::Global().Add(Figure{"churn throughput", ledger.cycles / run_seconds, "cycles/s", ""});
+  Report::Global().Add(Figure{"daemon RSS growth after warm-up", growth, "%",
                               std::to_string(rss_warm / 1024) + " -> " +
                                   std::to_string(rss_end / 1024) + " MiB (peak " +
                                   std::to_string(rss_peak / 1024) + "); target < 10 %: " +
                                   PassMiss(growth < kRssGrowthTargetPercent)});
-  Report::Global().Add(Figure{Klass("daemon fds after churn"),
+  Report::Global().Add(Figure{"daemon fds after churn",
                               static_cast<double>(target_->Take(daemon_->pid()).daemon_fds),
                               "count",
                               "before: " + std::to_string(baseline_.daemon_fds)});
@@ -672,15 +650,15 @@ TEST_P(SoakEngineTest, ChurnLeavesNothingBehind) {
   }
 }
 
-TEST_P(SoakEngineTest, SigkillDuringChurnLosesNothingAndOrphansNothing) {
-  const std::string klass = Klass("crash consistency");
+TEST_F(SoakTest, SigkillDuringChurnLosesNothingAndOrphansNothing) {
+  const std::string klass = "crash consistency";
   Ledger ledger;
   std::mt19937 rng(std::random_device{}());
   const double interval = std::max(1.0, static_cast<double>(P().seconds) / P().kills);
   int lost = 0, resurrected = 0, ttl_missed = 0, orphan_rounds = 0, checked_ttl = 0;
   std::vector<double> restart_ms;
   for (int round = 0; round < P().kills; ++round) {
-    Workers workers(*daemon_, engine_, P().concurrency, networked_, ledger);
+    Workers workers(*daemon_, P().concurrency, networked_, ledger);
     // A random moment: anywhere from early in a create to late in the interval.
     std::uniform_real_distribution<double> when(0.3, 2 * interval - 0.3);
     std::this_thread::sleep_for(std::chrono::duration<double>(when(rng)));
@@ -755,11 +733,11 @@ TEST_P(SoakEngineTest, SigkillDuringChurnLosesNothingAndOrphansNothing) {
                                    "one still there"});
   Report::Global().Add(Verdict{klass, "no orphan after each restart", orphan_rounds == 0,
                                std::to_string(orphan_rounds) + " rounds with orphans"});
-  Report::Global().Add(Figure{Klass("SIGKILLs"), static_cast<double>(restart_ms.size()), "count",
+  Report::Global().Add(Figure{"SIGKILLs", static_cast<double>(restart_ms.size()), "count",
                               totals + " (" + std::to_string(P().kills) + " planned)"});
-  Report::Global().Add(Figure{Klass("restart to listening p50"), Percentile(restart_ms, 50), "ms",
+  Report::Global().Add(Figure{"restart to listening p50", Percentile(restart_ms, 50), "ms",
                               "recovery included"});
-  Report::Global().Add(Figure{Klass("restart to listening max"),
+  Report::Global().Add(Figure{"restart to listening max",
                               restart_ms.empty() ? NAN
                                                  : *std::max_element(restart_ms.begin(),
                                                                      restart_ms.end()),
@@ -771,9 +749,6 @@ TEST_P(SoakEngineTest, SigkillDuringChurnLosesNothingAndOrphansNothing) {
   for (const auto& [id, state] : Listed()) Delete(id);
   CheckNoLeaks(klass, "after the crash rounds and deletes", {}, /*compare_fds=*/false);
 }
-
-INSTANTIATE_TEST_SUITE_P(Engines, SoakEngineTest, ::testing::ValuesIn(EnginesOfThisBuild()),
-                         EngineName);
 
 }  // namespace
 }  // namespace airlock::security
