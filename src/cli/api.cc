@@ -66,9 +66,9 @@ Outcome<json> Api::CallJson(std::string_view method, const std::string& target,
 }
 
 Outcome<void> Api::CallStreamed(std::string_view method, const std::string& target,
-                                const json& request,
+                                const json* request,
                                 const std::function<bool(std::string_view)>& on_line) {
-  auto body = DumpJson(request);
+  auto body = request ? DumpJson(*request) : Outcome<std::string>(std::string());
   if (!body) return std::unexpected(body.error());
   std::string pending;  // a line not yet complete
   bool stopped = false;

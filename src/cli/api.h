@@ -43,10 +43,11 @@ class Api {
   [[nodiscard]] Outcome<nlohmann::json> CallJson(std::string_view method, const std::string& target,
                                                  const nlohmann::json* request = nullptr);
 
-  // Sends `request` as JSON and hands each line of the streamed (NDJSON) answer to `on_line`
-  // as it arrives. `on_line` returns false to stop reading (the connection is then dropped).
+  // Sends `request` as JSON (nothing when null) and hands each line of the streamed (NDJSON)
+  // answer to `on_line` as it arrives. `on_line` returns false to stop reading (the connection
+  // is then dropped).
   [[nodiscard]] Outcome<void> CallStreamed(
-      std::string_view method, const std::string& target, const nlohmann::json& request,
+      std::string_view method, const std::string& target, const nlohmann::json* request,
       const std::function<bool(std::string_view)>& on_line);
 
   // Opens a WebSocket session on `target` (exec/ws, processes/{pid}/ws) with the same URL and

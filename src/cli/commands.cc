@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 #include "cli/args.h"
@@ -105,7 +106,7 @@ const std::vector<FlagSpec> kCreateFlags = {
     {"template", true}, {"ttl", true},  {"cpus", true}, {"memory", true},
     {"pids", true},     {"disk", true}, {"env", true},  {"meta", true},
     {"network", true},  {"allow", true}, {"deny", true}, {"engine", true},
-    {"auto-hibernate", true},
+    {"auto-hibernate", true}, {"auto-pause", true}, {"secret", true},
 };
 
 const std::vector<FlagSpec> kExecFlags = {
@@ -136,6 +137,11 @@ Outcome<json> CreateRequest(std::string_view command, const Args& args, bool wit
       req[f.field] = *n;
     }
   }
+  if (auto v = args.Last("auto-pause")) {
+    auto n = ParseInteger(command, "auto-pause", *v);
+    if (!n) return std::unexpected(n.error());
+    req["auto_pause"] = {{"idle_seconds", *n}};
+  }
   if (auto v = args.Last("cpus")) {
     auto n = ParseNumber(command, "cpus", *v);
     if (!n) return std::unexpected(n.error());
@@ -155,6 +161,19 @@ Outcome<json> CreateRequest(std::string_view command, const Args& args, bool wit
   const auto allow = args.All("allow"), deny = args.All("deny");
   if (auto mode = args.Last("network"); mode || !allow.empty() || !deny.empty()) {
     req["network"] = {{"mode", mode ? *mode : "allowlist"}, {"allow", allow}, {"deny", deny}};
+  }
+  // --secret NAME@HOST[,HOST]...: the secret bound to those hosts, its placeholder in $NAME.
+  for (const std::string& binding : args.All("secret")) {
+    const size_t at = binding.find('@');
+    if (at == 0 || at == std::string::npos || at + 1 == binding.size()) {
+      return UsageError(std::string(command), "--secret wants NAME@HOST[,HOST]..., got \"" +
+                                                  binding + "\"");
+    }
+    json hosts = json::array();
+    std::istringstream list(binding.substr(at + 1));
+    for (std::string host; std::getline(list, host, ',');) hosts.push_back(host);
+    const std::string name = binding.substr(0, at);
+    req["secrets"].push_back({{"name", name}, {"hosts", hosts}, {"env", name}});
   }
   return req;
 }
@@ -231,7 +250,7 @@ Outcome<json> StreamExec(Api& api, const std::string& target, json req) {
   req["stream"] = true;
   std::optional<json> exit;
   std::optional<Failure> failure;
-  auto streamed = api.CallStreamed("POST", target, req, [&](std::string_view line) {
+  auto streamed = api.CallStreamed("POST", target, &req, [&](std::string_view line) {
     json event = json::parse(line, nullptr, /*allow_exceptions=*/false);
     const std::string type = Text(event, "type");
     if (type == "stdout" || type == "stderr") {
@@ -608,6 +627,14 @@ Creates a sandbox and prints its id (with --json, the sandbox object).
   --auto-hibernate SECONDS
                     hibernate it after this long without a call that uses it (engines with
                     memory_checkpoint)
+  --auto-pause SECONDS
+                    freeze it after this long without a call that uses it and with no
+                    command running (engines with pause); the next exec, file or process
+                    call resumes it
+  --secret NAME@HOST[,HOST]...
+                    bind secret NAME (airlock secrets create) to those hosts: $NAME holds a
+                    placeholder, the egress proxy puts the value in on HTTPS requests to them
+                    (repeatable; needs --allow for each host)
 )";
 
 constexpr std::string_view kLsUsage = R"(usage: airlock ls [--state S] [--meta K=V]...
@@ -650,7 +677,7 @@ Creates a sandbox, runs CMD in it as exec does, and deletes the sandbox: when th
 when something fails, and on SIGINT, SIGTERM or SIGHUP. Exits with the command's exit code.
 
 create flags: --template --engine --ttl --cpus --memory --pids --disk --meta --network --allow
-              --deny (see airlock create --help)
+              --deny --secret (see airlock create --help)
 exec flags:   --timeout --cwd --env --user --stdin (see airlock exec --help)
 )";
 
@@ -673,6 +700,21 @@ constexpr std::string_view kPsUsage = R"(usage: airlock ps ID
 Lists the processes of sandbox ID: the running ones, then the background ones that ended
 (the last 64). Columns: PID STATE STARTED EXIT COMMAND. With --json, the array of process
 objects.
+)";
+
+constexpr std::string_view kLogsUsage = R"(usage: airlock logs [-f] [--type TYPES] [--after SEQ] ID
+
+Shows the flight recorder of sandbox ID, oldest first, one line per event: its time, its
+number, its type and what happened (docs/design/recorder.md). A destroyed sandbox's log stays
+readable until the daemon purges its record (destroyed_keep).
+
+  -f, --follow     keep showing events as they are recorded, until the sandbox is destroyed
+  --type TYPES     only these types, comma-separated; a prefix before a dot takes them all
+                   (exec = exec.start,exec.end; sandbox, exec, process, file, tar, net, proc)
+  --after SEQ      only events numbered after SEQ
+
+With --json, each event is printed as one JSON object per line (JSON Lines):
+{"seq", "time", "type", "data"}.
 )";
 
 constexpr std::string_view kAttachUsage = R"(usage: airlock attach [--no-replay] ID PID
@@ -767,10 +809,54 @@ is not shown again. list shows every key (never the key itself). revoke makes ea
 refuse from its next call on; the last admin key cannot be revoked.
 )";
 
+constexpr std::string_view kTenantsUsage = R"(usage: airlock tenants quota NAME [--sandboxes N] [--cpus X] [--memory MB] [--disk MB]
+                              [--creates-per-minute N]
+       airlock tenants quota NAME --remove
+       airlock tenants show NAME
+
+Tenant quotas (docs/design/tenancy.md). quota sets tenant NAME's whole quota (admin key): a
+flag not given, or 0, is unlimited; --remove takes it away. A create, fork or pool claim over it,
+or a live limit increase, is refused (429) with what is used and what is allowed. show prints
+the quota beside what the tenant's sandboxes use (an admin key for any tenant, another key for
+its own).
+)";
+
+constexpr std::string_view kSecretsUsage = R"(usage: airlock secrets create NAME < value
+       airlock secrets update NAME < value
+       airlock secrets ls
+       airlock secrets rm NAME...
+
+Secrets: named values (tokens, passwords) the daemon keeps sealed for your tenant, for the
+egress proxy to put into the requests sandboxes make; a value never enters a sandbox and is
+never shown again. create stores NAME (letters, digits and '_'; 409 if it exists); update
+rotates it (its version goes up by one). Both read the value from stdin, never from the
+command line (which other users can see): piped, without its trailing newline; from a
+terminal, typed at a prompt without echo. ls lists NAME VERSION CREATED UPDATED; rm deletes.
+--tenant TENANT, with any of them: an admin key acting on another tenant's secrets.
+)";
+
 constexpr std::string_view kEnginesUsage = R"(usage: airlock engines
 
 Lists the daemon's isolation engines: NAME AVAILABLE DEFAULT and what each can do, or why it
 cannot run here (with --json, the engines array as GET /v1/engines gives it).
+)";
+
+constexpr std::string_view kTopUsage = R"(usage: airlock top [--once] [--interval SECONDS]
+
+Shows what every sandbox the key can see uses, from the daemon's newest sample of each (taken
+every metrics_interval_ms, 5 s by default): ID STATE ENGINE, CPU% (of one core, since the
+sample before), CPU-S (CPU seconds used), MEM and PEAK (memory), PIDS, DISK (its writable
+layer), NET-IN and NET-OUT (bytes through its network). Redraws every --interval seconds (2 by
+default) until interrupted; --once (or output that is not a terminal) prints one table and exits.
+)";
+
+constexpr std::string_view kMetricsUsage =
+    R"(usage: airlock metrics [--start MS] [--end MS] [--limit N] ID
+
+Prints sandbox ID's samples, oldest first: AT_MS and the columns of airlock top. --start and
+--end bound them (unix milliseconds); --limit N keeps the newest N (default 1000). With --json,
+the daemon's reply (GET /v1/sandboxes/{id}/metrics). A destroyed sandbox's stay readable until
+its record is purged (destroyed_keep).
 )";
 
 constexpr std::string_view kForkUsage = R"(usage: airlock fork [-n COUNT] [--memory] ID
@@ -795,6 +881,7 @@ const std::vector<Command>& Commands() {
       {"ps", "list the processes in a sandbox", kPsUsage, CmdPs},
       {"attach", "attach to a process: its output, and input to it", kAttachUsage, CmdAttach},
       {"kill", "send a signal to a process", kKillUsage, CmdKill},
+      {"logs", "show what a sandbox did: its flight recorder (-f follows)", kLogsUsage, CmdLogs},
       {"rm", "delete sandboxes", kRmUsage, CmdRm},
       {"pause", "freeze a sandbox, or hibernate it (--memory)", kPauseUsage, CmdPause},
       {"template", "build, list and delete templates", kTemplateUsage, CmdTemplate},
@@ -803,7 +890,13 @@ const std::vector<Command>& Commands() {
        CmdFork},
       {"resume", "thaw a paused sandbox, wake a hibernated one", kResumeUsage, CmdResume},
       {"keys", "create, list and revoke API keys (admin)", kKeysUsage, CmdKeys},
+      {"tenants", "set a tenant's quota (admin), show its quota and use", kTenantsUsage,
+       CmdTenants},
+      {"secrets", "create, rotate, list and delete secrets (values from stdin)", kSecretsUsage,
+       CmdSecrets},
       {"engines", "list the isolation engines and what each can do", kEnginesUsage, CmdEngines},
+      {"top", "show what every sandbox uses, refreshed", kTopUsage, CmdTop},
+      {"metrics", "print a sandbox's usage samples", kMetricsUsage, CmdMetrics},
       {"version", "print the version", kVersionUsage, CmdVersion},
       {"help", "show help for the CLI or a command", kHelpUsage, CmdHelp},
   };

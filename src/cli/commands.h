@@ -40,7 +40,13 @@ Outcome<int> CmdTemplate(const CommandArgs& args, Globals& globals);
 Outcome<int> CmdSnapshot(const CommandArgs& args, Globals& globals);
 Outcome<int> CmdFork(const CommandArgs& args, Globals& globals);
 Outcome<int> CmdKeys(const CommandArgs& args, Globals& globals);  // keys.cc
+Outcome<int> CmdTenants(const CommandArgs& args, Globals& globals);  // tenants.cc
+Outcome<int> CmdSecrets(const CommandArgs& args, Globals& globals);  // secrets.cc
 Outcome<int> CmdEngines(const CommandArgs& args, Globals& globals);  // engines.cc
+Outcome<int> CmdLogs(const CommandArgs& args, Globals& globals);  // logs.cc
+// top.cc
+Outcome<int> CmdTop(const CommandArgs& args, Globals& globals);
+Outcome<int> CmdMetrics(const CommandArgs& args, Globals& globals);
 
 // Processes (processes.cc): the ps, attach and kill commands, and exec's -d and -i / -t, which
 // take the exec request CmdExec built from its flags.

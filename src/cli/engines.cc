@@ -13,7 +13,7 @@ std::string CanDo(const json& capabilities) {
   std::string out;
   for (const char* name : {"limits", "pause", "live_limits", "layer_snapshot", "memory_checkpoint",
                            "memory_checkpoint_network", "memory_fork", "host_usr_root",
-                           "networking"}) {
+                           "networking", "process_events"}) {
     if (capabilities.value(name, false)) out += (out.empty() ? "" : ",") + std::string(name);
   }
   return out + (out.empty() ? "" : ",") + "max_layers=" +

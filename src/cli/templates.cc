@@ -118,7 +118,7 @@ Outcome<int> Build(const std::string& file, const std::optional<std::string>& na
   api->AllowAtLeast(std::chrono::hours(6));
   std::optional<json> done;
   std::optional<Failure> failure;
-  auto streamed = api->CallStreamed("POST", "/v1/templates", *request, [&](std::string_view line) {
+  auto streamed = api->CallStreamed("POST", "/v1/templates", &*request, [&](std::string_view line) {
     json event = json::parse(line, nullptr, /*allow_exceptions=*/false);
     const std::string type = Text(event, "type");
     if (type == "base") {

@@ -1,6 +1,7 @@
 #include "common/syscall.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace airlock {
@@ -63,6 +64,38 @@ Status SetNonBlocking(int fd, bool on) {
   flags = on ? (flags | O_NONBLOCK) : (flags & ~O_NONBLOCK);
   if (::fcntl(fd, F_SETFL, flags) < 0) return FailErrno("fcntl(F_SETFL)", errno);
   return {};
+}
+
+namespace {
+
+Status FsyncDir(const std::string& dir) {
+  auto fd = OpenFile(dir, O_RDONLY | O_DIRECTORY);
+  if (!fd) return std::unexpected(std::move(fd.error()));
+  if (RetryEintr([&] { return ::fsync(fd->get()); }) != 0) return FailErrno("fsync " + dir, errno);
+  return {};
+}
+
+}  // namespace
+
+Status WriteNewPrivateFile(const std::string& dir, const std::string& path,
+                           std::string_view contents) {
+  std::string tmp = path + ".tmp";
+  ::unlink(tmp.c_str());  // left over from a crash in the middle of a previous attempt
+  {
+    auto fd = OpenFile(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
+    if (!fd) return std::unexpected(std::move(fd.error()));
+    if (::fchmod(fd->get(), 0600) != 0) return FailErrno("chmod " + tmp, errno);  // vs umask
+    auto written = WriteAll(fd->get(), contents);
+    if (!written) return std::unexpected(std::move(written.error()).Wrap("writing " + tmp));
+    if (RetryEintr([&] { return ::fsync(fd->get()); }) != 0) {
+      return FailErrno("fsync " + tmp, errno);
+    }
+  }
+  int linked = ::link(tmp.c_str(), path.c_str());
+  int link_errno = errno;
+  ::unlink(tmp.c_str());
+  if (linked != 0) return FailErrno("creating " + path, link_errno);
+  return FsyncDir(dir);
 }
 
 bool ProcessRuns(pid_t pid) {

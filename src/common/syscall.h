@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "common/error.h"
 #include "common/unique_fd.h"
@@ -36,6 +37,13 @@ auto RetryEintr(F&& f) {
 // A pipe with both ends O_CLOEXEC plus `extra_flags` (e.g. O_NONBLOCK). [0] reads, [1] writes.
 [[nodiscard]] Status MakePipe(UniqueFd (&ends)[2], int extra_flags = 0);
 [[nodiscard]] Status SetNonBlocking(int fd, bool on);
+
+// Writes `contents` to `path` (in directory `dir`) so that `path` either does not exist or holds
+// all of it, mode 0600 whatever the umask: a temp file is written and fsynced, then link(2)ed
+// into place (which, like O_EXCL, fails if `path` exists), then `dir` is fsynced. For the files
+// that hold a credential (admin.key, secrets.key).
+[[nodiscard]] Status WriteNewPrivateFile(const std::string& dir, const std::string& path,
+                                         std::string_view contents);
 
 // Whether process `pid` exists and has not exited (a zombie, exited but not reaped yet, has).
 bool ProcessRuns(pid_t pid);

@@ -12,6 +12,7 @@
 #include <boost/asio/ip/v6_only.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -23,6 +24,7 @@
 
 #include "common/on_pool.h"
 #include "net/http_message.h"
+#include "net/tls_authority.h"
 #include "net/tls_client_hello.h"
 
 namespace airlock::net {
@@ -102,7 +104,10 @@ bool SameHost(std::string_view a, std::string_view b) {
 int RefusalStatus(const Verdict& v) {
   if (v.rule == "malformed") return 400;
   if (v.rule == "too-large") return 431;
-  if (v.rule == "resolve" || v.rule == "connect" || v.rule == "upstream") return 502;
+  if (v.rule == "resolve" || v.rule == "connect" || v.rule == "upstream" ||
+      v.rule == "upstream-tls") {
+    return 502;
+  }
   return 403;
 }
 
@@ -224,6 +229,150 @@ std::optional<tcp::endpoint> OriginalDestination(tcp::socket& socket) {
 
 // One client connection and the upstream connection it has open, if any. io thread only, except
 // `dest`.
+// A client socket that gives back what was already read from it before reading more: the
+// ClientHello the proxy read to judge a connection starts the handshake it then terminates.
+class Replay {
+ public:
+  using executor_type = tcp::socket::executor_type;
+  using lowest_layer_type = tcp::socket::lowest_layer_type;
+  Replay(tcp::socket& socket, std::string first) : socket_(socket), first_(std::move(first)) {}
+  executor_type get_executor() { return socket_.get_executor(); }
+  lowest_layer_type& lowest_layer() { return socket_.lowest_layer(); }
+
+  template <typename Buffers, typename Token>
+  auto async_read_some(const Buffers& buffers, Token&& token) {
+    return asio::async_initiate<Token, void(error_code, size_t)>(
+        [this](auto handler, const Buffers& b) {
+          if (first_.empty()) {
+            socket_.async_read_some(b, std::move(handler));
+            return;
+          }
+          const size_t n = asio::buffer_copy(b, asio::buffer(first_));
+          first_.erase(0, n);
+          asio::post(socket_.get_executor(),
+                     [h = std::move(handler), n]() mutable { h(error_code(), n); });
+        },
+        token, buffers);
+  }
+  template <typename Buffers, typename Token>
+  auto async_write_some(const Buffers& buffers, Token&& token) {
+    return socket_.async_write_some(buffers, std::forward<Token>(token));
+  }
+
+ private:
+  tcp::socket& socket_;
+  std::string first_;
+};
+
+using DownTls = asio::ssl::stream<Replay>;      // the sandbox's side, terminated here
+using UpTls = asio::ssl::stream<tcp::socket&>;  // the host's side, originated here
+
+// Reads from `stream` into `buf` until it holds a whole head (up to CRLF CRLF): the head's
+// length; 0 when the stream ends or fails first; npos when the head is over `limit` bytes.
+template <typename Stream>
+asio::awaitable<size_t> ReadHeadFrom(Stream& stream, std::string& buf, size_t limit) {
+  std::vector<char> chunk(kChunkBytes);
+  while (true) {
+    if (size_t end = buf.find("\r\n\r\n"); end != std::string::npos) {
+      co_return end + 4 <= limit ? end + 4 : std::string::npos;
+    }
+    if (buf.size() > limit) co_return std::string::npos;
+    error_code ec;
+    const size_t n = co_await stream.async_read_some(asio::buffer(chunk),
+                                                     asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) co_return 0;
+    buf.append(chunk.data(), n);
+  }
+}
+
+// A body as its framing delimits it, read from a stream (and first from `buf`, bytes already
+// read), given back as the data it carries, piece by piece; what follows it stays in `buf`.
+template <typename Stream>
+class BodyReader {
+ public:
+  BodyReader(Stream& stream, std::string& buf, http::Framing framing)
+      : stream_(stream), buf_(buf), framing_(framing), left_(framing.length) {}
+  bool done() const { return done_; }
+
+  // The next piece ("" only at the end, with done()), or why the body is broken.
+  asio::awaitable<Result<std::string>> Next() {
+    while (!done_) {
+      std::string data;
+      switch (framing_.kind) {
+        case http::Framing::Kind::kNone:
+          done_ = true;
+          co_return data;
+        case http::Framing::Kind::kLength:
+          if (left_ == 0) {
+            done_ = true;
+            co_return data;
+          }
+          if (!buf_.empty()) {
+            const size_t n = static_cast<size_t>(std::min<uint64_t>(left_, buf_.size()));
+            data = buf_.substr(0, n);
+            buf_.erase(0, n);
+            left_ -= n;
+            co_return data;
+          }
+          break;
+        case http::Framing::Kind::kChunked:
+          if (!buf_.empty()) {
+            auto taken = decoder_.Feed(buf_, &data);
+            if (!taken) co_return std::unexpected(taken.error());
+            buf_.erase(0, *taken);
+            if (decoder_.done()) done_ = true;
+            if (!data.empty() || done_) co_return data;
+          }
+          break;
+        case http::Framing::Kind::kUntilClose:
+          if (!buf_.empty()) {
+            data = std::move(buf_);
+            buf_.clear();
+            co_return data;
+          }
+          break;
+      }
+      error_code ec;
+      const size_t n = co_await stream_.async_read_some(
+          asio::buffer(chunk_), asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) {
+        const bool ended = ec == asio::error::eof || ec == asio::ssl::error::stream_truncated;
+        if (ended && framing_.kind == http::Framing::Kind::kUntilClose) {
+          done_ = true;
+          co_return data;
+        }
+        co_return Fail(ErrorCode::kUnavailable, "the body ended early: " + ec.message());
+      }
+      buf_.append(chunk_.data(), n);
+    }
+    co_return std::string();
+  }
+
+ private:
+  // A piece read at once, re-framed as a chunk, still fits one TLS record (16 KiB).
+  static constexpr size_t kPieceBytes = 16 * 1024 - 64;
+  std::vector<char> chunk_ = std::vector<char>(kPieceBytes);
+  Stream& stream_;
+  std::string& buf_;
+  http::Framing framing_;
+  uint64_t left_ = 0;
+  http::ChunkedDecoder decoder_;
+  bool done_ = false;
+};
+
+template <typename Stream>
+asio::awaitable<bool> WriteAll(Stream& stream, std::string_view bytes) {
+  error_code ec;
+  co_await asio::async_write(stream, asio::buffer(bytes.data(), bytes.size()),
+                             asio::redirect_error(asio::use_awaitable, ec));
+  co_return !ec;
+}
+
+// The path of a request target without its query: what an event may show.
+std::string PathOf(std::string_view target) {
+  return std::string(target.substr(0, target.find_first_of("?#")));
+}
+
 struct Connection {
   Connection(asio::io_context& io, tcp::socket s) : client(std::move(s)), upstream(io), timer(io) {}
 
@@ -659,6 +808,12 @@ struct EgressProxy::State : std::enable_shared_from_this<EgressProxy::State> {
       co_await Refuse(c, ev, d.verdict, /*http_client=*/false);
       co_return;
     }
+    if (c->policy.HasSecretsFor(d.dest.name)) {
+      std::string hello_bytes = std::move(c->in);
+      c->in.clear();
+      co_await Intercept(c, ev, d, d.dest.name, port, std::move(hello_bytes));
+      co_return;
+    }
     if (!co_await Connect(c, ev, d)) {
       Close(c);
       co_return;
@@ -666,6 +821,338 @@ struct EgressProxy::State : std::enable_shared_from_this<EgressProxy::State> {
     std::string first = std::move(c->in);  // the ClientHello, forwarded unchanged
     c->in.clear();
     StartTunnel(self, c, std::move(first), /*inspect=*/false);
+  }
+
+  // --- Intercepted TLS: a host the sandbox has secrets bound to ---
+
+  // A refusal on an intercepted connection: its event, and the DenyReply over the sandbox's TLS
+  // when `down` is up, else nothing (the handshake never finished); the connection ends.
+  asio::awaitable<void> RefuseIntercepted(std::shared_ptr<Connection> c, DownTls* down,
+                                          EgressEvent ev, Verdict v) {
+    Deny(ev, v);
+    co_await AnswerIntercepted(c, down, v);
+  }
+  // The DenyReply for `v` over the sandbox's TLS (if it is up), then the end of the connection.
+  asio::awaitable<void> AnswerIntercepted(std::shared_ptr<Connection> c, DownTls* down,
+                                          Verdict v) {
+    if (down) {
+      SetDeadline(*c, kLingerTimeout);
+      const std::string reply = DenyReply(v);
+      if (co_await WriteAll(*down, reply)) {
+        error_code ec;
+        co_await down->async_shutdown(asio::redirect_error(asio::use_awaitable, ec));
+      }
+    }
+    Close(c);
+  }
+
+  // The sandbox's TLS to `host` (a name with secrets bound; `first`: its ClientHello, read
+  // already) is terminated here with a certificate of the daemon's CA; each request in it is
+  // checked (Host must name `host`), has the values put in for its placeholders, and goes to
+  // `host` over TLS the proxy originates to an address it resolved itself (`d`) and verifies;
+  // each response has the values taken out. `ev`: the connection's verdict event, so far.
+  asio::awaitable<void> Intercept(std::shared_ptr<Connection> c, EgressEvent ev, Decision d,
+                                  std::string host, uint16_t port, std::string first) {
+    if (c->policy.mode() != NetworkMode::kAllowlist) {
+      Verdict v{false, "secret",
+                "secrets are bound to " + host + " but the sandbox's network is not in allowlist "
+                "mode"};
+      co_await RefuseIntercepted(c, nullptr, ev, v);
+      co_return;
+    }
+    Result<std::shared_ptr<asio::ssl::context>> server =
+        hooks.server_tls && hooks.upstream_tls && hooks.secret_value
+            ? hooks.server_tls(host)
+            : Fail(ErrorCode::kUnavailable, "this proxy has no certificate authority");
+    if (!server) {
+      Verdict v{false, "secret",
+                "cannot intercept TLS to " + host + ": " + server.error().message()};
+      co_await RefuseIntercepted(c, nullptr, ev, v);
+      co_return;
+    }
+    DownTls down(Replay(c->client, std::move(first)), **server);
+    error_code ec;
+    co_await down.async_handshake(asio::ssl::stream_base::server,
+                                  asio::redirect_error(asio::use_awaitable, ec));
+    if (c->closed) co_return;
+    if (ec) {
+      Verdict v{false, "secret",
+                "the client did not accept the proxy's certificate for " + host +
+                    ", which has secrets bound (" + ec.message() +
+                    "): nothing was sent; the client must trust the Airlock CA and not "
+                    "pin certificates"};
+      co_await RefuseIntercepted(c, nullptr, ev, v);
+      co_return;
+    }
+    if (!co_await Connect(c, ev, d)) {  // its refusal is on record already
+      if (!c->closed) co_await AnswerIntercepted(c, &down, d.verdict);
+      co_return;
+    }
+    UpTls up(c->upstream, *hooks.upstream_tls);
+    if (auto prepared = PrepareUpstream(up.native_handle(), host); !prepared) {
+      Verdict v{false, "upstream-tls",
+                "cannot set up TLS to " + host + ": " + prepared.error().message()};
+      co_await RefuseIntercepted(c, &down, ev, v);
+      co_return;
+    }
+    co_await up.async_handshake(asio::ssl::stream_base::client,
+                                asio::redirect_error(asio::use_awaitable, ec));
+    if (c->closed) co_return;
+    if (ec) {
+      const long verify = SSL_get_verify_result(up.native_handle());
+      Verdict v{false, "upstream-tls",
+                "TLS to " + HostPort(host, port) + " failed: " +
+                    (verify != X509_V_OK ? X509_verify_cert_error_string(verify) : ec.message())};
+      co_await RefuseIntercepted(c, &down, ev, v);
+      co_return;
+    }
+    std::string from_client, from_host;
+    while (!c->closed) {
+      EgressEvent rev = NewEvent(*c, EgressEvent::Kind::kHttp);
+      rev.name = host;
+      rev.sni = host;
+      rev.port = port;
+      rev.dest = d.dest.address;
+      const size_t head_end = co_await ReadHeadFrom(down, from_client, limits.max_header_bytes);
+      if (head_end == 0 || c->closed) break;
+      if (head_end == std::string::npos) {
+        Verdict v{false, "too-large",
+                  "request head over " + std::to_string(limits.max_header_bytes) + " bytes"};
+        co_await RefuseIntercepted(c, &down, rev, v);
+        co_return;
+      }
+      SetDeadline(*c, limits.idle_timeout);
+      auto head = http::ParseRequestHead(std::string_view(from_client).substr(0, head_end));
+      from_client.erase(0, head_end);
+      // Each request is judged by the policy (and its secrets) as they are now.
+      std::optional<NetworkPolicy> policy = hooks.policy_for(c->client_ip);
+      if (!policy) break;
+      c->policy = std::move(*policy);
+      auto checked = CheckIntercepted(head, host, port, rev);
+      if (!checked) {
+        co_await RefuseIntercepted(c, &down, rev, checked.error());
+        co_return;
+      }
+      const std::string path = checked->first;
+      const http::Framing framing = checked->second;
+      if (Verdict v = Rejudge(c->policy, d.dest); !v.allowed) {
+        co_await RefuseIntercepted(c, &down, rev, v);
+        co_return;
+      }
+      std::vector<std::pair<std::string, std::string>> fields;
+      const std::vector<std::string> listed = head->ConnectionOptions();
+      for (const auto& [k, v] : head->fields) {
+        if (IEquals(k, "host") || IEquals(k, "content-length") || IEquals(k, "expect") ||
+            IEquals(k, "accept-encoding") || http::IsHopByHop(k)) {
+          continue;
+        }
+        bool is_listed = false;
+        for (const std::string& l : listed) is_listed = is_listed || IEquals(k, l);
+        if (!is_listed) fields.emplace_back(k, v);
+      }
+      const IpAddress client = c->client_ip;
+      auto injected = InjectSecrets(
+          fields, head->target, host, c->policy.secrets(),
+          [&](const std::string& secret) { return hooks.secret_value(client, secret); });
+      if (!injected) {
+        Verdict v{false, "secret", injected.error().message()};
+        co_await RefuseIntercepted(c, &down, rev, v);
+        co_return;
+      }
+      std::string out = head->method + " " + path +
+                        " HTTP/1.1\r\nHost: " + (port == 443 ? host : HostPort(host, port)) +
+                        "\r\n";
+      for (const auto& [k, v] : injected->fields) out += k + ": " + v + "\r\n";
+      // Identity only: a compressed answer could carry the value where the proxy cannot see it.
+      out += "Accept-Encoding: identity\r\n";
+      if (framing.kind == http::Framing::Kind::kLength) {
+        out += "Content-Length: " + std::to_string(framing.length) + "\r\n";
+      } else if (framing.kind == http::Framing::Kind::kChunked) {
+        out += "Transfer-Encoding: chunked\r\n";
+      }
+      out += "\r\n";
+      // The proxy sends the body after the head, whatever the server says first: a client that
+      // waits for a 100 Continue gets it from here.
+      if (!head->Values("expect").empty()) {
+        const bool sent = co_await WriteAll(down, "HTTP/1.1 100 Continue\r\n\r\n");
+        if (!sent) break;
+      }
+      if (!co_await WriteAll(up, out)) {
+        Verdict v{false, "upstream", "cannot send the request to " + host};
+        co_await RefuseIntercepted(c, &down, rev, v);
+        co_return;
+      }
+      c->link.bytes_up += out.size();
+      // The body as it comes: a placeholder of a secret not bound to this host stops it before
+      // any of its bytes leave (the tail that could be the start of one is held back until the
+      // next piece shows it is not; the upstream connection is cut, the request never ends).
+      Finder foreign(ForeignPlaceholders(c->policy.secrets(), host));
+      BodyReader body(down, from_client, framing);
+      std::string held;
+      while (!body.done()) {
+        Result<std::string> piece = co_await body.Next();
+        if (!piece) {
+          Verdict v{false, "malformed", piece.error().message()};
+          co_await RefuseIntercepted(c, &down, rev, v);
+          co_return;
+        }
+        if (std::string found = foreign.Feed(*piece); !found.empty()) {
+          std::string name;
+          for (const SecretBinding& b : c->policy.secrets()) {
+            if (b.placeholder == found) name = b.secret;
+          }
+          Verdict v{false, "secret",
+                    "the placeholder of secret " + name + " is in the body of a request to " +
+                        host + ", a host it is not bound to"};
+          co_await RefuseIntercepted(c, &down, rev, v);
+          co_return;
+        }
+        held += *piece;
+        const size_t keep = body.done() ? 0 : std::min(held.size(), foreign.held_back());
+        std::string ready = held.substr(0, held.size() - keep);
+        held.erase(0, held.size() - keep);
+        std::string wire;
+        if (framing.kind != http::Framing::Kind::kChunked) {
+          wire = std::move(ready);
+        } else {
+          if (!ready.empty()) wire = http::EncodeChunk(ready);
+          if (body.done()) wire += http::kLastChunk;
+        }
+        bool sent = true;
+        if (!wire.empty()) sent = co_await WriteAll(up, wire);
+        if (!sent) {
+          Verdict v{false, "upstream", "cannot send the request body to " + host};
+          co_await RefuseIntercepted(c, &down, rev, v);
+          co_return;
+        }
+        c->link.bytes_up += wire.size();
+      }
+      // The response: interim ones (1xx) are not passed on.
+      Result<http::Head> response = Fail(ErrorCode::kUnavailable, "no response");
+      size_t response_end = 0;
+      do {
+        response_end = co_await ReadHeadFrom(up, from_host, limits.max_response_header_bytes);
+        if (response_end == 0 || response_end == std::string::npos) break;
+        response = http::ParseResponseHead(std::string_view(from_host).substr(0, response_end));
+        from_host.erase(0, response_end);
+      } while (response && response->status >= 100 && response->status < 200);
+      if (c->closed) co_return;
+      if (!response || response_end == 0 || response_end == std::string::npos) {
+        Verdict v{false, "upstream",
+                  "no valid response from " + HostPort(host, port) +
+                      (response ? std::string() : ": " + response.error().message())};
+        co_await RefuseIntercepted(c, &down, rev, v);
+        co_return;
+      }
+      auto response_framing = http::ResponseFraming(*response, head->method);
+      if (!response_framing) {
+        Verdict v{false, "upstream",
+                  "a response from " + host +
+                      " the proxy cannot read: " + response_framing.error().message()};
+        co_await RefuseIntercepted(c, &down, rev, v);
+        co_return;
+      }
+      const bool has_body = response_framing->kind != http::Framing::Kind::kNone;
+      for (std::string_view coding : response->Values("content-encoding")) {
+        if (has_body && !IEquals(coding, "identity")) {
+          Verdict v{false, "upstream",
+                    host + " answered with a " + std::string(coding) +
+                        "-encoded body, which the proxy cannot check for secrets"};
+          co_await RefuseIntercepted(c, &down, rev, v);
+          co_return;
+        }
+      }
+      Scrubber scrub(injected->scrub);
+      const bool http10 = head->version == "HTTP/1.0";
+      const bool client_keeps = !http10 && !head->ConnectionHas("close");
+      const bool host_keeps = !response->ConnectionHas("close") &&
+                              response_framing->kind != http::Framing::Kind::kUntilClose;
+      const bool keep = client_keeps && host_keeps;
+      std::string reply = "HTTP/1.1 " + std::to_string(response->status) + " " +
+                          scrub.All(response->reason) + "\r\n";
+      const std::vector<std::string> response_listed = response->ConnectionOptions();
+      for (const auto& [k, v] : response->fields) {
+        const bool length = IEquals(k, "content-length");
+        if ((length && has_body) || http::IsHopByHop(k)) continue;
+        bool is_listed = false;
+        for (const std::string& l : response_listed) is_listed = is_listed || IEquals(k, l);
+        if (!is_listed) reply += scrub.All(k) + ": " + scrub.All(v) + "\r\n";
+      }
+      if (has_body && !http10) reply += "Transfer-Encoding: chunked\r\n";
+      if (!keep || (has_body && http10)) reply += "Connection: close\r\n";
+      reply += "\r\n";
+      if (!co_await WriteAll(down, reply)) break;
+      BodyReader answer(up, from_host, *response_framing);
+      bool broken = false;
+      while (has_body && !answer.done() && !broken) {
+        Result<std::string> piece = co_await answer.Next();
+        if (!piece) {
+          broken = true;
+          break;
+        }
+        c->link.bytes_down += piece->size();
+        std::string clean = scrub.Feed(*piece);
+        if (answer.done()) clean += scrub.Finish();
+        std::string wire = http10 || clean.empty() ? std::move(clean) : http::EncodeChunk(clean);
+        if (answer.done() && !http10) wire += http::kLastChunk;
+        if (!wire.empty()) broken = !co_await WriteAll(down, wire);
+      }
+      rev.allowed = !broken;
+      rev.rule = broken ? "upstream" : d.verdict.rule;
+      std::string names;
+      for (const std::string& n : injected->secrets) names += (names.empty() ? "" : ",") + n;
+      rev.secrets = names;
+      rev.reason = (names.empty() ? std::string() : "secret " + names + " injected: ") +
+                   head->method + " " + PathOf(path) + " -> " + std::to_string(response->status) +
+                   (broken ? " (the response broke off)" : "");
+      Emit(rev);
+      if (broken || !keep) break;
+      SetDeadline(*c, limits.keep_alive_timeout);
+    }
+    if (!c->closed) {
+      SetDeadline(*c, kLingerTimeout);
+      co_await down.async_shutdown(asio::redirect_error(asio::use_awaitable, ec));
+    }
+    Close(c);
+  }
+
+  // An intercepted request's head, checked: the host it names (Host, and the URL's authority in
+  // absolute form) is `host` at `port`, exactly; its path (origin-form) and body framing.
+  std::expected<std::pair<std::string, http::Framing>, Verdict> CheckIntercepted(
+      const Result<http::Head>& head, const std::string& host, uint16_t port, EgressEvent& ev) {
+    auto refuse = [](std::string rule, std::string why) {
+      return std::unexpected(Verdict{false, std::move(rule), std::move(why)});
+    };
+    if (!head) return refuse("malformed", head.error().message());
+    ev.host = head->Values("host").empty() ? "" : std::string(head->Values("host")[0]);
+    auto same = [&](std::string_view authority) {
+      auto a = SplitAuthority(authority);
+      return a && SameHost(a->host, host) && a->port.value_or(443) == port;
+    };
+    const auto hosts = head->Values("host");
+    if (hosts.size() != 1) return refuse("malformed", "a request needs exactly one Host header");
+    if (!same(hosts[0])) {
+      return refuse("host-mismatch", "the Host header (" + std::string(hosts[0]) +
+                                         ") differs from the TLS server name " + host +
+                                         ", which has secrets bound");
+    }
+    std::string path = head->target;
+    if (head->target.size() > 8 &&
+        IEquals(std::string_view(head->target).substr(0, 8), "https://")) {
+      const std::string_view rest = std::string_view(head->target).substr(8);
+      const size_t slash = rest.find_first_of("/?#");
+      if (!same(rest.substr(0, slash))) {
+        return refuse("host-mismatch", "the URL's host differs from the TLS server name " + host);
+      }
+      path = slash == std::string_view::npos ? "/" : std::string(rest.substr(slash));
+      if (path[0] != '/') path = "/" + path;
+    } else if (path.empty() || path[0] != '/') {
+      return refuse("malformed", "malformed request target");
+    }
+    if (head->method == "CONNECT") return refuse("malformed", "CONNECT inside an intercepted TLS");
+    auto framing = http::RequestFraming(*head);
+    if (!framing) return refuse("malformed", framing.error().message());
+    return std::make_pair(std::move(path), *framing);
   }
 
   // --- HTTP: explicit (CONNECT, absolute-form) and transparent, with keep-alive ---
@@ -918,6 +1405,18 @@ struct EgressProxy::State : std::enable_shared_from_this<EgressProxy::State> {
     } else {
       req.port = target->port.value_or(80);
     }
+    // Plain HTTP is never intercepted: a placeholder in it would go out as it is, to a host that
+    // may log it, bound or not. The value goes only over TLS the proxy terminates.
+    if (const SecretBinding* b =
+            ForeignPlaceholderIn(head.fields, head.target, "", c.policy.secrets())) {
+      ev.name = req.host;
+      ev.port = req.port;
+      return refuse("secret", "the placeholder of secret " + b->secret +
+                                  " is in a plain-HTTP "
+                                  "request to " +
+                                  HostPort(req.host, req.port) +
+                                  ": secrets go only over HTTPS to the hosts they are bound to");
+    }
     auto framing = http::RequestFraming(head);
     if (!framing) return refuse("malformed", framing.error().message());
     req.framing = *framing;
@@ -1168,13 +1667,45 @@ struct EgressProxy::State : std::enable_shared_from_this<EgressProxy::State> {
       co_await Refuse(c, ev, d.verdict, /*http_client=*/true);
       co_return;
     }
+    static constexpr std::string_view kEstablished = "HTTP/1.1 200 Connection established\r\n\r\n";
+    error_code ec;
+    if (d.dest.by == JudgedBy::kName && c->policy.HasSecretsFor(d.dest.name)) {
+      // A tunnel to a host with secrets bound: it must carry TLS to that very name, which the
+      // proxy terminates; anything else (another protocol, another name) is refused.
+      co_await asio::async_write(c->client, asio::buffer(kEstablished),
+                                 asio::redirect_error(asio::use_awaitable, ec));
+      HeadRead hello;
+      if (!ec) hello = co_await ReadHead(c, /*allow_tls=*/true);
+      if (c->closed || hello.kind == HeadRead::Kind::kGone) {
+        Close(c);
+        co_return;
+      }
+      ev.sni = hello.hello.sni;
+      if (hello.kind != HeadRead::Kind::kTls ||
+          hello.hello.state != ClientHelloScan::State::kComplete) {
+        Verdict v{false, "secret",
+                  "the tunnel to " + d.dest.name +
+                      ", which has secrets bound, must carry TLS the proxy can terminate"};
+        co_await Refuse(c, ev, v, /*http_client=*/false);
+        co_return;
+      }
+      if (!SameHost(hello.hello.sni, d.dest.name)) {
+        Verdict v{
+            false, "sni",
+            "TLS server name " + hello.hello.sni + " differs from the CONNECT host " + d.dest.name};
+        co_await Refuse(c, ev, v, /*http_client=*/false);
+        co_return;
+      }
+      std::string hello_bytes = std::move(c->in);
+      c->in.clear();
+      co_await Intercept(c, ev, d, d.dest.name, *target->port, std::move(hello_bytes));
+      co_return;
+    }
     if (!co_await Connect(c, ev, d)) {
       std::string reply = DenyReply(d.verdict);
       if (!c->closed) co_await Finish(c, std::move(reply));
       co_return;
     }
-    static constexpr std::string_view kEstablished = "HTTP/1.1 200 Connection established\r\n\r\n";
-    error_code ec;
     co_await asio::async_write(c->client, asio::buffer(kEstablished),
                                asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
@@ -1203,10 +1734,27 @@ struct EgressProxy::State : std::enable_shared_from_this<EgressProxy::State> {
     error_code ec;
     std::vector<char> chunk(kChunkBytes);
     std::string pending = std::move(first);
-    while (inspect && !c->closed) {
+    // With secrets bound, TLS to one of their hosts is never let through a tunnel unread (one to
+    // an address, say): the proxy would not see what it carries.
+    const bool secrets = !c->policy.secrets().empty();
+    while ((inspect || secrets) && !c->closed) {
       if (!pending.empty() && !LooksLikeTls(pending)) break;  // not TLS: nothing to compare
       if (!pending.empty()) {
         ClientHelloScan scan = ScanClientHello(pending);
+        if (scan.state == ClientHelloScan::State::kComplete && secrets &&
+            c->policy.HasSecretsFor(NormaliseName(scan.sni).value_or(scan.sni)) &&
+            !SameHost(scan.sni, c->link.name)) {
+          EgressEvent ev = c->link;
+          ev.sni = scan.sni;
+          Deny(ev, Verdict{false, "secret",
+                           "TLS to " + scan.sni +
+                               ", which has secrets bound, through a tunnel "
+                               "to " +
+                               c->link.name});
+          Close(c);
+          co_return;
+        }
+        if (!inspect && scan.state != ClientHelloScan::State::kNeedMore) break;
         if (scan.state == ClientHelloScan::State::kComplete && SameHost(scan.sni, c->link.name)) {
           c->link.sni = scan.sni;
           break;

@@ -24,6 +24,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -61,6 +62,9 @@ struct EgressEvent {
   std::string reason;
   uint64_t bytes_up = 0;    // sandbox -> destination, as forwarded
   uint64_t bytes_down = 0;  // destination -> sandbox
+  // An intercepted request (a host with secrets bound): the secrets whose value went in, comma
+  // separated (never a value). Its `reason` says method, path and status.
+  std::string secrets;
 };
 std::string_view KindName(EgressEvent::Kind kind);
 
@@ -95,6 +99,14 @@ struct ProxyHooks {
   // Makes the sockets dialled upstream. Unset: socket(2) on the proxy's thread (the daemon's
   // network namespace); a network namespace as the uplink sets it.
   SocketFactory open_socket;
+  // Intercepted TLS, for the hosts a sandbox has secrets bound to (docs/design/credentials.md):
+  // the context that presents a certificate for `host` to the sandbox, the one that verifies
+  // upstream servers, and a secret's value for a client. Unset: such connections are refused.
+  std::function<Result<std::shared_ptr<boost::asio::ssl::context>>(const std::string& host)>
+      server_tls;
+  std::shared_ptr<boost::asio::ssl::context> upstream_tls;
+  std::function<Result<std::string>(const IpAddress& client, const std::string& secret)>
+      secret_value;
 };
 
 class EgressProxy {

@@ -13,6 +13,7 @@
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -20,6 +21,7 @@
 
 #include "common/clock.h"
 #include "common/subprocess.h"
+#include "common/syscall.h"
 #include "net/address_cache.h"
 #include "net/dns.h"
 #include "net/egress_proxy.h"
@@ -253,6 +255,23 @@ Result<std::unique_ptr<Networks>> Networks::Open(NetworksConfig config) {
     return dns::ResolveAddresses(name, self->config_.dns_upstream, kResolveTimeout, open_socket);
   });
   hooks.resolve = [cache](const std::string& name) { return cache->Resolve(name); };
+  hooks.server_tls = n->config_.server_tls;
+  hooks.upstream_tls = n->config_.upstream_tls;
+  if (n->config_.secret_value) {
+    hooks.secret_value = [self](const IpAddress& client,
+                                const std::string& secret) -> Result<std::string> {
+      std::string sandbox;
+      {
+        std::lock_guard held(self->mu_);
+        auto it = self->by_address_.find(client);
+        if (it == self->by_address_.end()) {
+          return Fail(ErrorCode::kNotFound, "the client is no sandbox");
+        }
+        sandbox = it->second->sandbox;
+      }
+      return self->config_.secret_value(sandbox, secret);
+    };
+  }
   hooks.on_event = [self](const EgressEvent& e) {
     NetworkEvent event;
     event.kind = std::string(KindName(e.kind));
@@ -940,6 +959,24 @@ std::vector<std::string> Networks::ProxyEnv(const std::string& sandbox) const {
   auto it = by_sandbox_.find(sandbox);
   if (it == by_sandbox_.end()) return {};
   return ProxyEnvOf(Gateway(it->second->slot).to_string(), proxy_->port());
+}
+
+std::optional<std::pair<uint64_t, uint64_t>> Networks::Traffic(const std::string& sandbox) const {
+  std::string veth;
+  {
+    std::lock_guard lock(mu_);
+    auto it = by_sandbox_.find(sandbox);
+    if (it == by_sandbox_.end()) return std::nullopt;
+    veth = VethName(it->second->slot);
+  }
+  // The host's end: what it received the sandbox sent, and the other way round.
+  auto read = [&](const char* counter) -> uint64_t {
+    auto text = ReadFileToString("/sys/class/net/" + veth + "/statistics/" + counter);
+    return text ? std::strtoull(text->c_str(), nullptr, 10) : 0;
+  };
+  const uint64_t host_rx = read("rx_bytes");
+  const uint64_t host_tx = read("tx_bytes");
+  return std::pair{host_tx, host_rx};
 }
 
 Status Networks::Update(const std::string& sandbox, const NetworkPolicy& given) {

@@ -13,6 +13,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/address_v6.hpp>
 #include <boost/asio/ip/udp.hpp>
+#include <boost/asio/ssl/context.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -21,7 +22,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <utility>
 #include <thread>
 #include <vector>
 
@@ -82,6 +85,15 @@ struct NetworksConfig {
   // Every verdict of the proxy and the stubs, with its sandbox's id. Called on their thread,
   // so it must not block (the daemon queues it for the store); empty: verdicts are not kept.
   std::function<void(const std::string& sandbox, const NetworkEvent& event)> on_event;
+  // Secrets (docs/design/credentials.md): the daemon's egress CA, PEM, which sandboxes with
+  // secrets bound trust; the proxy's TLS contexts (ProxyHooks::server_tls, upstream_tls); a
+  // secret's value for a sandbox. Unset: sandboxes cannot have secrets bound.
+  std::string egress_ca_pem;
+  std::function<Result<std::shared_ptr<boost::asio::ssl::context>>(const std::string& host)>
+      server_tls;
+  std::shared_ptr<boost::asio::ssl::context> upstream_tls;
+  std::function<Result<std::string>(const std::string& sandbox, const std::string& secret)>
+      secret_value;
 };
 
 struct Attachment {
@@ -120,6 +132,9 @@ class Networks {
   // HTTP_PROXY and friends naming the proxy on the sandbox's gateway, KEY=VALUE: what an
   // allowlist sandbox's commands get (Attachment::env). Empty when it has no network here.
   std::vector<std::string> ProxyEnv(const std::string& sandbox) const;
+  // Bytes through the sandbox's veth since its link was made: {received by the sandbox, sent
+  // by it} (the host end's counters, two small reads); nullopt when it has no network here.
+  std::optional<std::pair<uint64_t, uint64_t>> Traffic(const std::string& sandbox) const;
   // Deletes this daemon's namespaces that no attached sandbox holds (after recovery); how many.
   int RemoveUnclaimed();
   // Starts the thread that makes links ahead (config.warm_links) and takes detached ones

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "net/credentials.h"
 
 namespace airlock::net {
 
@@ -101,6 +102,17 @@ class NetworkPolicy {
   void AddDeniedAddress(const IpAddress& ip, uint16_t port, const std::string& rule) {
     denied_addresses_.push_back({ip, port, rule});
   }
+  // The secrets bound to the sandbox (its `secrets`, docs/design/credentials.md): the proxy
+  // terminates TLS to their hosts to put the values in, and refuses placeholders elsewhere.
+  void SetSecrets(std::vector<SecretBinding> secrets) { secrets_ = std::move(secrets); }
+  const std::vector<SecretBinding>& secrets() const { return secrets_; }
+  // Whether a secret is bound to `name` (normalised): the proxy terminates TLS to it.
+  bool HasSecretsFor(std::string_view name) const {
+    for (const SecretBinding& b : secrets_) {
+      if (b.BoundTo(name)) return true;
+    }
+    return false;
+  }
   // Tests only: 127.0.0.0/8 and ::1 count as public addresses, so loopback servers can stand in
   // for the internet. Never set in production (FromJson leaves it off).
   void TreatLoopbackAsPublicForTests() { loopback_is_public_ = true; }
@@ -139,6 +151,7 @@ class NetworkPolicy {
     std::string rule;
   };
   std::vector<DeniedAddress> denied_addresses_;
+  std::vector<SecretBinding> secrets_;
   bool loopback_is_public_ = false;
 };
 

@@ -76,6 +76,9 @@ struct Capabilities {
   // "ptrace" or "kvm"); "" where it has none.
   std::string platform;
   std::string agent_channel;       // how the daemon reaches the agent (runtime/guest.h)
+  // Engine::WatchProcesses reports every program started in its sandboxes (not only the API's
+  // commands) and their ends.
+  bool process_events = false;
 };
 
 enum class SandboxState { kRunning, kPaused, kHibernated };
@@ -87,6 +90,16 @@ struct SandboxInfo {
   // The engine's own record of the sandbox (a JSON object by convention, never read by the
   // daemon): stored with the sandbox's record, given back to Adopt after a restart.
   std::string engine_state;
+};
+
+// What a sandbox uses now, as its engine can read it cheaply (no fork, a few small reads):
+// Engine::Stats, sampled by the daemon every few seconds (docs/design/metrics.md).
+struct SandboxStats {
+  double cpu_seconds = 0;          // CPU time used since it started, user + system
+  uint64_t memory_bytes = 0;       // memory charged to it now (page cache included)
+  uint64_t memory_peak_bytes = 0;  // the most it was charged; 0 where the engine cannot tell
+  uint64_t pids = 0;               // processes and threads now
+  uint64_t disk_bytes = 0;         // bytes used in its writable layer (against disk_mb)
 };
 
 // A sandbox saved to disk with its memory (Engine::Hibernate).
@@ -110,6 +123,44 @@ struct LayerSnapshot {
   uint64_t files = 0;
   uint64_t bytes = 0;
   bool existed = false;  // an identical layer was already stored
+};
+
+// A process started (exec) or ended in a sandbox, as the sandbox sees it: what the flight
+// recorder logs (Engine::WatchProcesses). Best effort by nature (docs/design/jail.md, "Process
+// events"): a process may be gone before it is looked at, and events are dropped, and counted,
+// rather than let a storm of processes grow memory or slow the sandbox.
+struct ProcessEvent {
+  enum class Kind { kExec, kExit };
+  // What one exec event carries of argv at most: this many arguments and bytes in all.
+  static constexpr size_t kMaxArgs = 32;
+  static constexpr size_t kMaxArgvBytes = 4096;
+
+  Kind kind = Kind::kExec;
+  int64_t at_ms = 0;  // unix ms, when the engine saw it
+  int64_t pid = 0;    // in the sandbox's pid namespace
+  int64_t ppid = 0;   // likewise; 0 if unknown or outside the sandbox
+  int64_t uid = -1;   // the effective uid as the sandbox sees it; -1 unknown
+  std::vector<std::string> argv;  // kExec: capped (kMaxArgs, kMaxArgvBytes)
+  bool argv_truncated = false;    // kExec: the cap cut it
+  bool argv_lost = false;         // kExec: the process was gone before its argv could be read
+  int exit_code = -1;             // kExit: its exit status if it exited (-1 if a signal ended it)
+  int signal = 0;                 // kExit: the signal that killed it (0 if it exited)
+
+  // Appends `arg` to argv within the caps (the argument that crosses kMaxArgvBytes keeps what
+  // fits) and marks argv_truncated when one is hit; false once argv is full.
+  bool AddArg(std::string_view arg);
+  // Sets exit_code or signal from a wait(2) status.
+  void SetWaitStatus(int status);
+};
+// Called from a thread of the engine's, one event at a time, for the sandbox `sandbox_id`.
+using ProcessEventSink =
+    std::function<void(const std::string& sandbox_id, const ProcessEvent& event)>;
+// What a process watch let go, since WatchProcesses: engines count rather than block.
+struct ProcessEventCounters {
+  uint64_t reported = 0;  // events given to the sink
+  uint64_t dropped = 0;   // events of its sandboxes it saw but could not report (a bound was hit)
+  uint64_t lost = 0;      // events the engine's source lost before it saw them (which sandbox's
+                          // it cannot tell)
 };
 
 class Sandbox {
@@ -158,6 +209,9 @@ class Engine {
   // state dir; never another instance's); for recovery, which destroys the ones no record
   // claims.
   [[nodiscard]] virtual Result<std::vector<std::string>> ListSandboxes() = 0;
+  // What a live sandbox held here uses now (paused ones too: frozen, their memory still held).
+  // kNotFound when it is not held here; kFailedPrecondition when nothing of it runs (hibernated).
+  [[nodiscard]] virtual Result<SandboxStats> Stats(const std::string& id) = 0;
   // Capabilities::live_limits. Changes cpus, memory_mb and pids_max only (disk_mb, tmp_mb and
   // nofile are fixed at create). kNotFound when the sandbox is not held here.
   [[nodiscard]] virtual Status UpdateLimits(const std::string& id, const Limits& limits) = 0;
@@ -191,6 +245,14 @@ class Engine {
   // restart); for recovery, which removes the ones no template names. Empty without
   // Capabilities::memory_fork.
   [[nodiscard]] virtual Result<std::vector<std::string>> ListMemoryImages() = 0;
+  // Capabilities::process_events. Called once (the daemon: before it serves); from then on the
+  // engine gives `sink` the exec and exit events of every sandbox it holds (created, adopted or
+  // woken), from a thread of its own, until it is destroyed (which waits for that thread: the
+  // sink must outlive the engine). Never blocks a sandbox: what it cannot report in time it
+  // drops and counts. This default: Lacks.
+  [[nodiscard]] virtual Status WatchProcesses(ProcessEventSink sink);
+  // What the watch dropped and lost so far (zeros without one).
+  virtual ProcessEventCounters ProcessEventCounts() const { return {}; }
 };
 
 // A sandbox as an engine's Create returns it: its info and the agent channel connected during

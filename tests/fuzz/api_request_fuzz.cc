@@ -8,6 +8,7 @@
 //   10 ParseQueryString + ListFilter    11 Base64Decode / Base64Encode   12 IsValidUtf8
 //   13 SignalRequest::FromJson          14 StdinRequest::FromJson        15 WaitRequest::FromJson
 //   16 ParseQueryString + OutputQuery   17 WsClientMessage::FromJson (a WebSocket message)
+//   18 CreateSecretRequest::FromJson and UpdateSecretRequest::FromJson (a secret's body)
 //
 // What is checked, for every input:
 //  - a parser returns a value or an Error whose code is kInvalidArgument (kTooLarge only for a
@@ -19,6 +20,8 @@
 //  - Base64Decode(Base64Encode(x)) == x, and a text Base64Decode accepts is Base64Encode's;
 //  - IsValidUtf8 agrees with the reference decoder below on every input, and RenderExecResult
 //    carries arbitrary bytes through its utf-8 / base64 choice unchanged.
+//  - a secret's body is refused without an echo of what the JSON parser read (the value may be
+//    in it), and an accepted one holds a name and a value within the rules.
 
 #include <cstddef>
 #include <cstdint>
@@ -478,8 +481,36 @@ void CheckWsMessage(std::string_view text) {
   AIRLOCK_CHECK(Same(*again, *msg));
 }
 
+// --- Secrets: bodies that carry a value (docs/design/secrets-store.md). ---
+
+template <typename T>
+bool AcceptedSecret(const Result<T>& r, size_t input_size) {
+  if (r) return true;
+  CheckError(r.error(), input_size);
+  // What nlohmann's parse errors add after "last read:" is the body's own bytes.
+  AIRLOCK_CHECK(r.error().message().find("last read") == std::string::npos);
+  return false;
+}
+
+void CheckSecret(std::string_view body) {
+  auto create = CreateSecretRequest::FromJson(body);
+  if (AcceptedSecret(create, body.size())) {
+    AIRLOCK_CHECK(CheckSecretName(create->name).has_value());
+    AIRLOCK_CHECK(CheckSecretValue(create->value).has_value());
+    auto again = CreateSecretRequest::FromJson(
+        json{{"name", create->name}, {"value", create->value}}.dump());
+    AIRLOCK_CHECK(again.has_value() && again->name == create->name &&
+                  again->value == create->value);
+  }
+  auto update = UpdateSecretRequest::FromJson(body);
+  if (AcceptedSecret(update, body.size())) {
+    AIRLOCK_CHECK(CheckSecretValue(update->value).has_value());
+    AIRLOCK_CHECK(update->value.find_first_of(std::string_view("\r\n\0", 3)) == std::string::npos);
+  }
+}
+
 void Run(uint8_t selector, std::string_view rest) {
-  switch (selector % 18) {
+  switch (selector % 19) {
     case 0:
       CheckCreate(rest);
       break;
@@ -496,7 +527,7 @@ void Run(uint8_t selector, std::string_view rest) {
     case 7:
     case 8:
     case 9:
-      CheckFileQuery(rest, kFileOps[selector % 18 - 3]);
+      CheckFileQuery(rest, kFileOps[selector % 19 - 3]);
       break;
     case 10:
       CheckListFilter(rest);
@@ -521,6 +552,9 @@ void Run(uint8_t selector, std::string_view rest) {
       break;
     case 17:
       CheckWsMessage(rest);
+      break;
+    case 18:
+      CheckSecret(rest);
       break;
   }
 }

@@ -15,8 +15,13 @@
 
 #include <algorithm>
 #include <fstream>
+#include <iterator>
+#include <random>
 #include <regex>
+#include <sstream>
 
+#include "daemon/server/secret_store.h"
+#include "daemon/store/store.h"
 #include "support/airlockd.h"
 
 namespace {
@@ -101,6 +106,46 @@ class CliTest : public DaemonTest {
   }
 };
 
+TEST_F(CliTest, LogsShowsTheFlightRecorderAsLinesAndAsJsonLines) {
+  const std::string id = CliCreate();
+  ASSERT_FALSE(id.empty());
+  ASSERT_EQ(Cli({"exec", id, "--", "sh", "-c", "exit 4"}).exit_code(), 4);
+  // A command line with a terminal escape in it: on record, but never sent to the terminal.
+  ASSERT_EQ(Cli({"exec", id, "--", "echo", "\x1b]0;owned\x07\x1b[2J"}).exit_code(), 0);
+  ProcessResult logs = Cli({"logs", id});
+  EXPECT_EQ(logs.out.find('\x1b'), std::string::npos) << logs.out;
+  EXPECT_EQ(logs.out.find('\x07'), std::string::npos) << logs.out;
+  ASSERT_EQ(logs.exit_code(), 0) << logs.err;
+  // A line per event: time, seq, type, what happened. (The agent's own proc.exec may come
+  // before sandbox.created: it starts before the create returns.)
+  EXPECT_TRUE(std::regex_search(logs.out, std::regex("(^|\n)20[0-9T:.-]+Z [12] sandbox.created .*engine=jail")))
+      << logs.out;
+  EXPECT_TRUE(std::regex_search(logs.out, std::regex("\n\\S+ [0-9]+ exec.start \\[[0-9]+\\] sh -c 'exit 4'\n")))
+      << logs.out;
+  EXPECT_TRUE(std::regex_search(logs.out, std::regex("\n\\S+ [0-9]+ exec.end \\[[0-9]+\\] exit 4 after")))
+      << logs.out;
+  ProcessResult execs = Cli({"logs", "--type", "exec", "--json", id});
+  ASSERT_EQ(execs.exit_code(), 0) << execs.err;
+  std::istringstream lines(execs.out);
+  std::vector<std::string> types;
+  for (std::string line; std::getline(lines, line);) {
+    types.push_back(json::parse(line)["type"].get<std::string>());
+  }
+  EXPECT_EQ(types,
+            (std::vector<std::string>{"exec.start", "exec.end", "exec.start", "exec.end"}));
+  // -f ends once the sandbox is destroyed (rm from another process).
+  ChildProcess follow;
+  ASSERT_TRUE(follow.Start({Program(AIRLOCK_CLI_PATH), "logs", "-f", "--type", "sandbox", id}, Env()));
+  ASSERT_EQ(Cli({"rm", id}).exit_code(), 0);
+  ProcessResult followed = follow.Finish(std::chrono::seconds(60));
+  EXPECT_EQ(followed.exit_code(), 0) << followed.err;
+  EXPECT_NE(followed.out.find("sandbox.destroyed reason=deleted"), std::string::npos) << followed.out;
+  // Bad input: a usage error, and the daemon's refusal.
+  EXPECT_EQ(Cli({"logs"}).exit_code(), 2);
+  EXPECT_EQ(Cli({"logs", "--type", "Bad", id}).exit_code(), 1);
+  EXPECT_EQ(Cli({"logs", "sbx-doesnotexist0000"}).exit_code(), 1);
+}
+
 TEST_F(CliTest, CreateListInspectExecRemove) {
   const std::string id = CliCreate({"--meta", "team=ml", "--cpus", "0.5", "--env", "GREETING=hi"});
   ASSERT_FALSE(id.empty());
@@ -150,6 +195,33 @@ TEST_F(CliTest, CreateListInspectExecRemove) {
   EXPECT_TRUE(Listed().empty());
 }
 
+TEST_F(CliTest, TenantsQuotaSetsShowsEnforcesAndRemoves) {
+  ProcessResult set = Cli({"tenants", "quota", "admin", "--sandboxes", "1", "--memory", "2048",
+                           "--cpus", "1.5"});
+  ASSERT_EQ(set.exit_code(), 0) << set.err;
+  EXPECT_NE(set.out.find("tenant admin"), std::string::npos) << set.out;
+  EXPECT_TRUE(std::regex_search(set.out, std::regex(R"(sandboxes\s+0\s+1\n)"))) << set.out;
+  EXPECT_TRUE(std::regex_search(set.out, std::regex(R"(disk\s+0 MiB\s+unlimited\n)")))
+      << set.out;
+  const std::string id = CliCreate();
+  ASSERT_FALSE(id.empty());
+  ProcessResult refused = Cli({"create"});
+  EXPECT_EQ(refused.exit_code(), 1);
+  EXPECT_NE(refused.err.find("resource_exhausted: tenant admin: sandboxes 1 in use + 1 asked > "
+                             "quota 1"),
+            std::string::npos)
+      << refused.err;
+  ProcessResult shown = Cli({"--json", "tenants", "show", "admin"});
+  ASSERT_EQ(shown.exit_code(), 0) << shown.err;
+  const json doc = json::parse(shown.out);
+  EXPECT_EQ(doc["usage"]["sandboxes"], 1) << shown.out;
+  EXPECT_EQ(doc["quota"]["memory_mb"], 2048) << shown.out;
+  ProcessResult bad = Cli({"tenants", "quota", "admin", "--memory", "lots"});
+  EXPECT_EQ(bad.exit_code(), 2) << bad.err;
+  ASSERT_EQ(Cli({"tenants", "quota", "admin", "--remove"}).exit_code(), 0);
+  EXPECT_FALSE(CliCreate().empty()) << "no quota: the second create is made";
+}
+
 TEST_F(CliTest, JsonOutputIsTheApiDocument) {
   ProcessResult created = Cli({"--json", "create", "--cpus", "0.5", "--memory", "256", "--pids",
                                "64", "--disk", "128", "--ttl", "600", "--meta", "k=v"});
@@ -192,6 +264,73 @@ TEST_F(CliTest, JsonOutputIsTheApiDocument) {
   EXPECT_EQ(json::parse(rm.out, nullptr, false), json::array({id}));
   ProcessResult empty = Cli({"--json", "ls"});
   EXPECT_EQ(json::parse(empty.out, nullptr, false), json::array());
+}
+
+// airlock top --once and airlock metrics, against a daemon that samples every 300 ms.
+class CliMetricsTest : public CliTest {
+ protected:
+  std::vector<std::string> DaemonArgs() const override {
+    return {"--metrics-interval-ms", "300"};
+  }
+};
+
+TEST_F(CliMetricsTest, TopOnceShowsEverySandboxWithItsNewestSample) {
+  const std::string busy = CliCreate();
+  const std::string quiet = CliCreate({"--auto-pause", "600"});
+  ASSERT_FALSE(busy.empty());
+  ASSERT_FALSE(quiet.empty());
+  ASSERT_EQ(Cli({"exec", busy, "--", "sh", "-c",
+                 "head -c 5000000 /dev/urandom > /home/user/blob; echo ok"}).out,
+            "ok\n");
+  // Until both have a sample with the file counted (a minute at most).
+  ProcessResult top;
+  std::string busy_row;
+  for (int i = 0; i < 300; ++i) {
+    top = Cli({"top", "--once"});
+    ASSERT_EQ(top.exit_code(), 0) << top.err;
+    std::istringstream lines(top.out);
+    std::string line;
+    busy_row.clear();
+    bool quiet_sampled = false;
+    while (std::getline(lines, line)) {
+      // ID STATE ENGINE CPU% CPU-S MEM PEAK PIDS DISK NET-IN NET-OUT: DISK is the ninth.
+      std::istringstream fields(line);
+      std::vector<std::string> f{std::istream_iterator<std::string>(fields), {}};
+      if (f.size() == 11 && f[0] == busy && f[8].starts_with("4.") && f[8].ends_with("M")) {
+        busy_row = line;
+      }
+      if (line.starts_with(quiet + " ") && line.find(" - ") == std::string::npos) {
+        quiet_sampled = true;
+      }
+    }
+    if (!busy_row.empty() && quiet_sampled) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  EXPECT_TRUE(top.out.starts_with("ID ")) << top.out;
+  for (const char* column : {"STATE", "ENGINE", "CPU%", "CPU-S", "MEM", "PEAK", "PIDS", "DISK",
+                             "NET-IN", "NET-OUT"}) {
+    EXPECT_NE(top.out.find(column), std::string::npos) << column << " in\n" << top.out;
+  }
+  EXPECT_FALSE(busy_row.empty()) << "no row with its 4.8M of disk:\n" << top.out;
+  EXPECT_NE(busy_row.find("running"), std::string::npos) << busy_row;
+  EXPECT_NE(busy_row.find("jail"), std::string::npos) << busy_row;
+
+  // airlock metrics: one line per sample after the header; --json is the API's document.
+  for (int i = 0; i < 300; ++i) {  // until there are two samples at least (300 ms apart)
+    ProcessResult doc = Cli({"--json", "metrics", busy});
+    if (doc.exit_code() == 0 && json::parse(doc.out)["samples"].size() >= 2) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  ProcessResult samples = Cli({"metrics", "--limit", "2", busy});
+  ASSERT_EQ(samples.exit_code(), 0) << samples.err;
+  EXPECT_EQ(std::count(samples.out.begin(), samples.out.end(), '\n'), 3) << samples.out;
+  ProcessResult doc = Cli({"--json", "metrics", busy});
+  ASSERT_EQ(doc.exit_code(), 0) << doc.err;
+  const json parsed = json::parse(doc.out);
+  EXPECT_EQ(parsed["sandbox"], busy);
+  EXPECT_FALSE(parsed["samples"].empty());
+  EXPECT_NE(Cli({"metrics"}).exit_code(), 0) << "no sandbox named";
+  EXPECT_NE(Cli({"metrics", "sbx-unknown1"}).exit_code(), 0);
 }
 
 TEST_F(CliTest, RunPassesTheExitCodeThroughAndLeavesNoSandbox) {
@@ -1048,6 +1187,152 @@ TEST_F(CliNetworkTest, CreateWithAllowAndDenyRules) {
   EXPECT_TRUE(IsOneLine(bad.err)) << bad.err;
   EXPECT_NE(bad.err.find("network.allow[0]"), std::string::npos) << bad.err;
   EXPECT_EQ(Listed().size(), before);
+}
+
+TEST_F(CliNetworkTest, CreateWithASecretBindsItAsAPlaceholder) {
+  ASSERT_EQ(daemon_->Call(http::verb::post, "/v1/secrets",
+                          R"({"name": "CLI_TOKEN", "value": "cli-value-never-inside-2f7c"})")
+                .status,
+            201);
+  const std::string id =
+      CliCreate({"--allow", "allowed.test", "--secret", "CLI_TOKEN@allowed.test"});
+  ASSERT_FALSE(id.empty());
+  const json api = daemon_->Call(http::verb::get, "/v1/sandboxes/" + id).Json();
+  ASSERT_EQ(api["secrets"].size(), 1u) << api.dump();
+  EXPECT_EQ(api["secrets"][0]["hosts"], json::array({"allowed.test"}));
+  EXPECT_EQ(Exec(id, "echo $CLI_TOKEN"), api["secrets"][0]["placeholder"].get<std::string>() + "\n");
+  // A binding the daemon refuses (the host is not allowed): one line that names it, no sandbox.
+  const size_t before = Listed().size();
+  ProcessResult refused =
+      Cli({"create", "--allow", "allowed.test", "--secret", "CLI_TOKEN@other.test"});
+  EXPECT_EQ(refused.exit_code(), 1);
+  EXPECT_TRUE(IsOneLine(refused.err)) << refused.err;
+  EXPECT_NE(refused.err.find("secrets[0].hosts[0]"), std::string::npos) << refused.err;
+  EXPECT_EQ(Listed().size(), before);
+  ProcessResult malformed = Cli({"create", "--secret", "CLI_TOKEN"});
+  EXPECT_EQ(malformed.exit_code(), 2) << malformed.err;
+}
+
+// --- Secrets (docs/secrets.md) ---------------------------------------------------------------
+
+// A value nobody else would write, so that finding it anywhere means it leaked.
+std::string DistinctSecretValue(const std::string& label) {
+  std::random_device rd;
+  std::ostringstream out;
+  out << "ghp_" << label << "_" << std::hex << rd() << rd() << rd();
+  return out.str();
+}
+
+// What the daemon's store opens for `tenant`'s `name` with the daemon's key (stop the daemon
+// first: the store is its own).
+std::string StoredValue(const std::string& state_dir, const std::string& tenant,
+                        const std::string& name) {
+  auto store = airlock::store::Store::Open(state_dir + "/airlock.db");
+  if (!store) return "(store: " + store.error().message() + ")";
+  auto secrets = airlock::daemon::SecretStore::Open(**store, state_dir);
+  if (!secrets) return "(secrets: " + secrets.error().message() + ")";
+  auto value = (*secrets)->Value(tenant, name);
+  return value ? *value : "(value: " + value.error().message() + ")";
+}
+
+TEST_F(CliTest, SecretsTakeTheirValueFromStdinNeverFromTheCommandLine) {
+  const std::string value = DistinctSecretValue("cli");
+  std::string printed;  // everything the CLI printed, to look for the value in
+  auto run = [&](const std::vector<std::string>& args, const std::string& in = "") {
+    ProcessResult r = Cli(args, in);
+    printed += r.out + r.err;
+    return r;
+  };
+  ProcessResult made = run({"secrets", "create", "GITHUB_TOKEN"}, value + "\n");
+  ASSERT_EQ(made.exit_code(), 0) << made.err;
+  EXPECT_EQ(made.out, "");
+  EXPECT_EQ(made.err, "secret GITHUB_TOKEN: version 1\n");
+
+  ProcessResult again = run({"secrets", "create", "GITHUB_TOKEN"}, "other\n");
+  EXPECT_EQ(again.exit_code(), 1);
+  EXPECT_TRUE(IsOneLine(again.err)) << again.err;
+  EXPECT_NE(again.err.find("already_exists"), std::string::npos) << again.err;
+
+  const std::string rotated = DistinctSecretValue("rotated");
+  ProcessResult updated = run({"secrets", "update", "GITHUB_TOKEN"}, rotated + "\r\n");
+  ASSERT_EQ(updated.exit_code(), 0) << updated.err;
+  EXPECT_EQ(updated.err, "secret GITHUB_TOKEN: version 2\n");
+  // Only the one trailing newline goes: spaces and tabs are the value's own.
+  ASSERT_EQ(run({"secrets", "create", "SPACED"}, " a\tb \n").exit_code(), 0);
+
+  ProcessResult ls = run({"secrets", "ls"});
+  ASSERT_EQ(ls.exit_code(), 0) << ls.err;
+  EXPECT_TRUE(std::regex_search(ls.out, std::regex("^NAME +VERSION +CREATED +UPDATED\n")))
+      << ls.out;
+  EXPECT_TRUE(std::regex_search(ls.out, std::regex("\nGITHUB_TOKEN +2 +20[0-9-]+T[^ ]+Z +20")))
+      << ls.out;
+  EXPECT_TRUE(std::regex_search(ls.out, std::regex("\nSPACED +1 +20"))) << ls.out;
+  ProcessResult listed = run({"--json", "secrets", "ls"});
+  ASSERT_EQ(listed.exit_code(), 0) << listed.err;
+  const json doc = json::parse(listed.out, nullptr, false);
+  ASSERT_TRUE(doc.is_array()) << listed.out;
+  ASSERT_EQ(doc.size(), 2u);
+  EXPECT_EQ(doc[0]["name"], "GITHUB_TOKEN");
+  EXPECT_FALSE(doc[0].contains("value"));
+
+  // A value on the command line is refused before anything is sent (it would be in ps).
+  ProcessResult in_argv = run({"secrets", "create", "OTHER", value});
+  EXPECT_EQ(in_argv.exit_code(), 2) << in_argv.err;
+  EXPECT_NE(in_argv.err.find("create wants one NAME"), std::string::npos) << in_argv.err;
+  EXPECT_EQ(daemon_->Call(http::verb::get, "/v1/secrets/OTHER").status, 404);
+  // Nothing on stdin, a bad name, and a value the daemon refuses: each one line, no value.
+  ProcessResult empty = run({"secrets", "create", "EMPTY"}, "");
+  EXPECT_EQ(empty.exit_code(), 1);
+  EXPECT_EQ(empty.err, "airlock: no value on stdin for secret EMPTY\n");
+  EXPECT_EQ(run({"secrets", "create", "9BAD"}, value).exit_code(), 2);
+  ProcessResult two_lines = run({"secrets", "create", "TWO_LINES"}, value + "\n" + value + "\n");
+  EXPECT_EQ(two_lines.exit_code(), 1);
+  EXPECT_TRUE(IsOneLine(two_lines.err)) << two_lines.err;
+  EXPECT_NE(two_lines.err.find("must not contain CR, LF or NUL"), std::string::npos)
+      << two_lines.err;
+  EXPECT_EQ(daemon_->Call(http::verb::get, "/v1/secrets/TWO_LINES").status, 404);
+  EXPECT_EQ(run({"secrets", "update", "NOPE"}, "v\n").exit_code(), 1);
+
+  ProcessResult removed = run({"secrets", "rm", "SPACED"});
+  EXPECT_EQ(removed.exit_code(), 0) << removed.err;
+  EXPECT_EQ(daemon_->Call(http::verb::get, "/v1/secrets/SPACED").status, 404);
+  ProcessResult twice = run({"secrets", "rm", "SPACED"});
+  EXPECT_EQ(twice.exit_code(), 1);
+  EXPECT_NE(twice.err.find("not_found"), std::string::npos) << twice.err;
+  ASSERT_EQ(run({"secrets", "create", "SPACED"}, " a\tb \n").exit_code(), 0);
+
+  EXPECT_EQ(printed.find(value), std::string::npos) << printed;
+  EXPECT_EQ(printed.find(rotated), std::string::npos) << printed;
+  // What was stored: the rotated value exactly, without the "\r\n" it was piped with.
+  daemon_->Stop(SIGTERM);
+  EXPECT_EQ(StoredValue(daemon_->state_dir(), "admin", "GITHUB_TOKEN"), rotated);
+  EXPECT_EQ(StoredValue(daemon_->state_dir(), "admin", "SPACED"), " a\tb ");
+}
+
+TEST_F(CliTest, SecretsPromptWithoutEchoOnATerminal) {
+  PtyCli cli;
+  ASSERT_TRUE(cli.Start({"secrets", "create", "TYPED"}, Env()));
+  ASSERT_TRUE(cli.ReadUntil("value for TYPED (not echoed): ")) << cli.screen();
+  EXPECT_EQ(cli.LocalModes() & ECHO, 0u) << "echo is on at the prompt";
+  const size_t mark = cli.screen().size();
+  cli.Type("typed-s3cr3t\n");
+  ASSERT_TRUE(cli.ReadUntil("secret TYPED: version 1", mark)) << cli.screen();
+  EXPECT_EQ(cli.Wait(), 0) << cli.screen();
+  EXPECT_EQ(cli.screen().find("typed-s3cr3t"), std::string::npos) << cli.screen();
+  EXPECT_NE(cli.LocalModes() & ECHO, 0u) << "echo is back on";
+
+  // Interrupted at the prompt: the terminal gets its echo back, nothing is stored.
+  PtyCli interrupted;
+  ASSERT_TRUE(interrupted.Start({"secrets", "create", "NEVER"}, Env()));
+  ASSERT_TRUE(interrupted.ReadUntil("value for NEVER (not echoed): ")) << interrupted.screen();
+  EXPECT_EQ(interrupted.LocalModes() & ECHO, 0u);
+  interrupted.Signal(SIGINT);
+  EXPECT_EQ(interrupted.Wait(), -1) << "SIGINT ends it";
+  EXPECT_NE(interrupted.LocalModes() & ECHO, 0u) << "echo is back on after the signal";
+  EXPECT_EQ(daemon_->Call(http::verb::get, "/v1/secrets/NEVER").status, 404);
+
+  daemon_->Stop(SIGTERM);
+  EXPECT_EQ(StoredValue(daemon_->state_dir(), "admin", "TYPED"), "typed-s3cr3t");
 }
 
 }  // namespace

@@ -99,11 +99,11 @@ void CheckAfterRestart(Daemon& d, const std::set<std::string>& created,
                        const std::set<std::string>& delete_unanswered) {
   for (const std::string& id : created) {
     Reply r = d.Call(http::verb::get, "/v1/sandboxes/" + id);
+    const std::string state = r.status == 200 ? r.Json().value("state", "") : "";
     if (delete_unanswered.contains(id) && !deleted.contains(id)) {
-      EXPECT_TRUE(r.status == 404 || (r.status == 200 && r.Json()["state"] == "running"))
-          << id << ": " << r.body;
+      EXPECT_TRUE(state == "destroyed" || state == "running") << id << ": " << r.body;
     } else if (deleted.contains(id)) {
-      EXPECT_EQ(r.status, 404) << id << " was deleted (204) but is back: " << r.body;
+      EXPECT_EQ(state, "destroyed") << id << " was deleted (204) but is back: " << r.body;
     } else {
       EXPECT_EQ(r.status, 200) << id << " was acknowledged (201) but is lost: " << r.body;
       EXPECT_EQ(r.Json().value("state", ""), "running") << id << ": " << r.body;

@@ -47,6 +47,9 @@ TEST_F(EnginesTest, TheEnginesAreListedWithWhatTheyCanDo) {
   EXPECT_FALSE(can.value("memory_checkpoint", true));
   EXPECT_FALSE(can.value("memory_checkpoint_network", true));
   EXPECT_EQ(can.value("max_layers", 0), 64);
+  // Whether the kernel's process events could be subscribed to (root in the initial
+  // namespaces): said either way.
+  EXPECT_TRUE(can.contains("process_events") && can["process_events"].is_boolean()) << r.body;
   // gVisor is listed whether or not runsc runs here; when it does, with what it can do.
   const json gvisor = EngineNamed(doc, "gvisor");
   ASSERT_TRUE(gvisor.is_object()) << r.body;
@@ -54,7 +57,7 @@ TEST_F(EnginesTest, TheEnginesAreListedWithWhatTheyCanDo) {
   if (gvisor["available"].get<bool>()) {
     const json& its = gvisor["capabilities"];
     for (const char* yes : {"pause", "layer_snapshot", "host_usr_root", "networking",
-                            "memory_checkpoint", "memory_fork"}) {
+                            "memory_checkpoint", "memory_fork", "process_events"}) {
       EXPECT_TRUE(its.value(yes, false)) << yes << " in " << r.body;
     }
     for (const char* no : {"limits", "live_limits", "memory_checkpoint_network"}) {
@@ -132,16 +135,19 @@ TEST_F(EnginesTest, ASandboxOnGvisorRunsOnAKernelOfItsOwn) {
   Reply got = daemon_->Call(http::verb::get, "/v1/sandboxes/" + id);
   EXPECT_EQ(got.Json()["engine"], "gvisor") << got.body;
   EXPECT_EQ(daemon_->Call(http::verb::delete_, "/v1/sandboxes/" + id).status, 204);
-  EXPECT_EQ(daemon_->Call(http::verb::get, "/v1/sandboxes/" + id).status, 404);
+  EXPECT_EQ(daemon_->Call(http::verb::get, "/v1/sandboxes/" + id).Json()["state"], "destroyed");
 }
 
-// A sandbox that stops by itself (here: its processes killed from the host, as an operator or
-// the host's OOM killer would) is found out at the next call, recorded as failed with the
-// engine's reason, and removed whole by its DELETE; the neighbour is the control.
+// The daemon's own default platform, auto; the engine's cgroups under a parent of this test's
+// own, so what the KVM trial leaves is told apart from other daemons'.
 class GvisorPlatformTest : public DaemonTest {
  protected:
   std::vector<std::string> DaemonArgs() const override {
-    return {"--engine.gvisor.enabled", "true", "--engine.gvisor.platform", "auto"};
+    return {"--engine.gvisor.enabled",       "true", "--engine.gvisor.platform", "auto",
+            "--engine.gvisor.cgroup_parent", CgroupParent()};
+  }
+  static std::string CgroupParent() {
+    return "airlock-gvisor-platform-test-" + std::to_string(::getpid());
   }
 };
 
@@ -162,16 +168,24 @@ TEST_F(GvisorPlatformTest, AutoPicksAPlatformThatRunsAndSaysWhichAndWhy) {
     EXPECT_NE(isolation.find(platform == "kvm" ? "ran" : "KVM"), std::string::npos) << isolation;
   }
   EXPECT_NE(isolation.find("platform " + platform), std::string::npos) << isolation;
-  // The trial left nothing, and sandboxes run on the platform chosen.
+  // The trial left nothing: no scratch directory, no cgroup in any hierarchy (nor the parent it
+  // made); and sandboxes run on the platform chosen, in the engine's cgroups.
   EXPECT_FALSE(std::filesystem::exists(daemon_->state_dir() + "/gvisor-platform-trial"));
+  EXPECT_EQ(CgroupsNamed(CgroupParent()), std::vector<std::string>{});
   const std::string id = CreateSandbox(R"({"engine": "gvisor"})");
   ASSERT_FALSE(id.empty()) << daemon_->Log();
   EXPECT_EQ(Run(id, "echo up"), "up\n");
+  EXPECT_FALSE(CgroupsNamed(CgroupParent()).empty());
+  EXPECT_EQ(daemon_->Call(http::verb::delete_, "/v1/sandboxes/" + id).status, 204);
+  EXPECT_EQ(CgroupsNamed(CgroupParent()), std::vector<std::string>{});
   // The jail has no such choice: no platform field.
   const json jail = EngineNamed(daemon_->Call(http::verb::get, "/v1/engines").Json(), "jail");
   EXPECT_FALSE(jail["capabilities"].contains("platform")) << jail.dump();
 }
 
+// A sandbox that stops by itself (here: its processes killed from the host, as an operator or
+// the host's OOM killer would) is found out at the next call, recorded as failed with the
+// engine's reason, and removed whole by its DELETE; the neighbour is the control.
 TEST_F(EnginesTest, ASandboxThatStopsByItselfIsRecordedFailedWithTheReason) {
   const std::string id = CreateSandbox(R"({"engine": "jail"})");
   const std::string neighbour = CreateSandbox(R"({"engine": "jail"})");
@@ -319,12 +333,13 @@ TEST_F(HibernateTest, ATtlRunsOnWhileHibernated) {
   const std::string id = CreateSandbox(R"({"engine": "gvisor", "ttl_seconds": 3})");
   ASSERT_FALSE(id.empty());
   ASSERT_EQ(Pause(id, R"({"memory": true})").status, 200);
-  int status = 200;
-  for (int i = 0; i < 300 && status == 200; ++i) {
-    status = daemon_->Call(http::verb::get, "/v1/sandboxes/" + id).status;
-    if (status == 200) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::string state = "hibernated";
+  for (int i = 0; i < 300 && state != "destroyed"; ++i) {
+    state = daemon_->Call(http::verb::get, "/v1/sandboxes/" + id).Json().value("state", "");
+    if (state != "destroyed") std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  EXPECT_EQ(status, 404) << "a hibernated sandbox outlived its TTL";
+  EXPECT_EQ(state, "destroyed") << "a hibernated sandbox outlived its TTL";
+  EXPECT_EQ(daemon_->Call(http::verb::get, "/v1/sandboxes/" + id).Json()["end_reason"], "expired");
   for (int i = 0; i < 100 && !DirGone(id); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }

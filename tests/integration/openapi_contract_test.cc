@@ -155,6 +155,8 @@ TEST_F(DaemonTest, EveryDocumentedOperationAnswersAsDocumented) {
       {"POST /v1/sandboxes", http::verb::post, "/v1/sandboxes", R"({"ttl_seconds": 60})"},
       {"GET /v1/sandboxes/{id}", http::verb::get, s, ""},
       {"PATCH /v1/sandboxes/{id}", http::verb::patch, s, R"({"metadata": {"a": "b"}})"},
+      {"PATCH /v1/sandboxes/{id}", http::verb::patch, s, R"({"limits": {"pids_max": 300}})", "",
+       "", [](const Reply& r) { EXPECT_EQ(r.Json()["limits"]["pids_max"], 300) << r.body; }},
       {exec_op, http::verb::post, s + "/exec", R"({"cmd": "echo hi"})"},
       // Processes: a cat fed through its open stdin, and a sleep ended by a signal. A
       // background exec answers with a Process, not the ExecResult the spec names.
@@ -231,6 +233,21 @@ TEST_F(DaemonTest, EveryDocumentedOperationAnswersAsDocumented) {
          EXPECT_TRUE(r.Json()["events"].is_array()) << r.body;
          EXPECT_EQ(r.Json()["has_more"], false) << r.body;
        }},
+      {"GET /v1/sandboxes/{id}/events", http::verb::get, s + "/events?after=0&type=exec,file", "",
+       "", "",
+       [](const Reply& r) {
+         const json page = r.Json();
+         EXPECT_TRUE(page["events"].is_array()) << r.body;
+         EXPECT_FALSE(page["events"].empty()) << "the calls above are on record: " << r.body;
+         for (const json& e : page["events"]) {
+           EXPECT_TRUE(e["seq"].is_number_integer() && e["time"].is_string() &&
+                       e["type"].is_string() && e["data"].is_object())
+               << e.dump();
+         }
+       }},
+      {"GET /v1/sandboxes/{id}/metrics", http::verb::get, s + "/metrics?start=0&limit=10", "",
+       "", "",
+       [](const Reply& r) { EXPECT_TRUE(r.Json()["samples"].is_array()) << r.body; }},
       {"POST /v1/sandboxes/{id}/pause", http::verb::post, s + "/pause", ""},
       {"POST /v1/sandboxes/{id}/resume", http::verb::post, s + "/resume", ""},
       {"GET /metrics", http::verb::get, "/metrics", ""},
@@ -275,6 +292,30 @@ TEST_F(DaemonTest, EveryDocumentedOperationAnswersAsDocumented) {
       {"GET /v1/keys", http::verb::get, "/v1/keys", "", "", "",
        [](const Reply& r) { EXPECT_EQ(r.Json()["keys"].size(), 2u) << r.body; }},
       {"DELETE /v1/keys/{key_id}", http::verb::delete_, "/v1/keys/<key>", ""},
+      // Tenant quotas: set, shown (with the sandbox of tenant admin counted), removed.
+      {"PUT /v1/tenants/{name}/quota", http::verb::put, "/v1/tenants/team-a/quota",
+       R"({"sandboxes": 4, "memory_mb": 4096})", "", "",
+       [](const Reply& r) { EXPECT_EQ(r.Json()["quota"]["sandboxes"], 4) << r.body; }},
+      {"GET /v1/tenants/{name}", http::verb::get, "/v1/tenants/admin", "", "", "",
+       [](const Reply& r) { EXPECT_GE(r.Json()["usage"]["sandboxes"], 1) << r.body; }},
+      {"DELETE /v1/tenants/{name}/quota", http::verb::delete_, "/v1/tenants/team-a/quota", ""},
+      // Secrets: one made, listed, read, rotated and deleted; its value never comes back.
+      {"POST /v1/secrets", http::verb::post, "/v1/secrets",
+       R"({"name": "API_TOKEN", "value": "s3cr3t-value"})", "", "",
+       [](const Reply& r) {
+         EXPECT_EQ(r.Json()["version"], 1) << r.body;
+         EXPECT_EQ(r.body.find("s3cr3t"), std::string::npos) << r.body;
+       }},
+      {"GET /v1/secrets", http::verb::get, "/v1/secrets", "", "", "",
+       [](const Reply& r) { EXPECT_EQ(r.Json()["secrets"].size(), 1u) << r.body; }},
+      {"GET /v1/secrets/{name}", http::verb::get, "/v1/secrets/API_TOKEN", ""},
+      {"PUT /v1/secrets/{name}", http::verb::put, "/v1/secrets/API_TOKEN",
+       R"({"value": "r0tated-value"})", "", "",
+       [](const Reply& r) {
+         EXPECT_EQ(r.Json()["version"], 2) << r.body;
+         EXPECT_EQ(r.body.find("r0tated"), std::string::npos) << r.body;
+       }},
+      {"DELETE /v1/secrets/{name}", http::verb::delete_, "/v1/secrets/API_TOKEN", ""},
   };
   std::set<std::string> covered;
   for (const Call& c : calls) {

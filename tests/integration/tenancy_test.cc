@@ -169,7 +169,8 @@ TEST_F(TenancyTest, EveryRouteOnAnotherTenantsSandboxAnswersAsIfItDidNotExist) {
       (void)As(key_a_, http::verb::post, "/v1/sandboxes/" + own + "/resume");
     }
   }
-  EXPECT_EQ(As(key_a_, http::verb::get, "/v1/sandboxes/" + own).status, 404) << "deleted last";
+  EXPECT_EQ(As(key_a_, http::verb::get, "/v1/sandboxes/" + own).Json()["state"], "destroyed")
+      << "deleted last";
   // What A made is A's: the fork, and the snapshot, which B cannot see.
   Reply forks = As(key_a_, http::verb::get, "/v1/sandboxes?metadata.airlock.forked_from=" + own);
   ASSERT_EQ(forks.status, 200) << forks.body;
@@ -216,10 +217,12 @@ TEST_F(TenancyTest, ADeletedSandboxsVerdictsAreItsTenantsAlone) {
   ASSERT_FALSE(a.empty());
   const std::string events = "/v1/sandboxes/" + a + "/network/events";
   ASSERT_EQ(As(key_a_, http::verb::delete_, "/v1/sandboxes/" + a).status, 204);
-  // The owner still reads them (an audit after the work), though the sandbox itself is gone...
+  // The owner still reads them (an audit after the work), and its record with why it ended,
+  // though the sandbox itself is gone...
   Reply own = As(key_a_, http::verb::get, events);
   EXPECT_EQ(own.status, 200) << own.body;
-  EXPECT_EQ(As(key_a_, http::verb::get, "/v1/sandboxes/" + a).status, 404);
+  EXPECT_EQ(As(key_a_, http::verb::get, "/v1/sandboxes/" + a).Json()["end_reason"], "deleted");
+  EXPECT_EQ(As(key_a_, http::verb::get, "/v1/sandboxes/" + a + "/events").status, 200);
   Reply exec = As(key_a_, http::verb::post, "/v1/sandboxes/" + a + "/exec", R"({"cmd": "true"})");
   EXPECT_EQ(exec.status, 404) << exec.body;
   // ...and another tenant gets the 404 of an id that never existed.
@@ -228,6 +231,13 @@ TEST_F(TenancyTest, ADeletedSandboxsVerdictsAreItsTenantsAlone) {
   Reply none = As(key_b_, http::verb::get, "/v1/sandboxes/" + unused + "/network/events");
   EXPECT_EQ(theirs.status, 404);
   EXPECT_EQ(Replace(theirs.body, a, unused), none.body);
+  // The same for its record and its flight recorder.
+  for (const std::string suffix : {"", "/events"}) {
+    Reply record = As(key_b_, http::verb::get, "/v1/sandboxes/" + a + suffix);
+    Reply never = As(key_b_, http::verb::get, "/v1/sandboxes/" + unused + suffix);
+    EXPECT_EQ(record.status, 404) << suffix;
+    EXPECT_EQ(Replace(record.body, a, unused), never.body) << suffix;
+  }
 }
 
 TEST_F(TenancyTest, AdminOnlyRoutesRefuseOtherKeysWith403) {

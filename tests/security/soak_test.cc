@@ -360,9 +360,17 @@ TEST_P(BombTest, IsContainedAndTheDaemonAndANeighbourKeepWorking) {
              std::to_string(refused);
   } else if (bomb.name == "memory bomb") {
     const std::string oom = CgroupFile(id, "memory.oom_control");
-    const int64_t kills = oom.empty() ? KeyedValue(ReadText(CgroupFile(id, "memory.events")),
-                                                   "oom_kill")
-                                      : KeyedValue(ReadText(oom), "oom_kill");
+    auto oom_kills = [&] {
+      return oom.empty() ? KeyedValue(ReadText(CgroupFile(id, "memory.events")), "oom_kill")
+                         : KeyedValue(ReadText(oom), "oom_kill");
+    };
+    // On a loaded machine the first 400 MB variable may not have reached the limit within the
+    // measured seconds: the bomb goes on in the background, so it is given up to 30 s more.
+    int64_t kills = oom_kills();
+    for (int i = 0; i < 300 && kills == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      kills = oom_kills();
+    }
     const std::string peak_file = CgroupFile(id, "memory.max_usage_in_bytes").empty()
                                       ? CgroupFile(id, "memory.peak")
                                       : CgroupFile(id, "memory.max_usage_in_bytes");
@@ -686,16 +694,18 @@ TEST_F(SoakTest, SigkillDuringChurnLosesNothingAndOrphansNothing) {
       Reply r = daemon_->Call(http::verb::get, "/v1/sandboxes/" + id);
       const auto answered = Clock::now();
       const bool present = r.status == 200 && r.Json().value("state", "") == "running";
+      // Ended: its record says so until it is purged.
+      const bool gone = r.status == 200 && r.Json().value("state", "") == "destroyed";
       if (ledger.deleted.contains(id)) {
-        if (r.status != 404) {
+        if (!gone) {
           ++resurrected;
           ADD_FAILURE() << id << " was deleted (204) but is back: " << r.body;
         }
       } else if (ledger.delete_unanswered.contains(id)) {
-        EXPECT_TRUE(r.status == 404 || present) << id << ": " << r.body;
+        EXPECT_TRUE(gone || present) << id << ": " << r.body;
       } else if (c.ttl > 0 && asked > c.acked + std::chrono::seconds(c.ttl + 2)) {
         ++checked_ttl;
-        if (r.status != 404) {
+        if (!gone) {
           ++ttl_missed;
           ADD_FAILURE() << id << ": its TTL of " << c.ttl << " s passed "
                         << Seconds(asked - c.acked) - c.ttl << " s ago, but: " << r.body;

@@ -13,7 +13,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "common/ids.h"
@@ -231,6 +233,30 @@ Result<runtime::LayerSnapshot> FakeEngine::SnapshotLayer(const std::string& id) 
   UniqueFd root(::open((SandboxDir(id) + "/root").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!root) return FailErrno("opening the root of " + id, errno);
   return layers_->Import(root.get(), 0);
+}
+
+Result<runtime::SandboxStats> FakeEngine::Stats(const std::string& id) {
+  const pid_t pid = AgentPid(id);
+  if (pid == 0) return Fail(ErrorCode::kNotFound, "sandbox " + id + " does not exist");
+  // No cgroup: the agent's own CPU time with its reaped children's (every command it ran),
+  // its resident memory, its threads, and the bytes of the files under its root.
+  runtime::SandboxStats stats;
+  auto stat = ReadFileToString("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return std::unexpected(stat.error());
+  std::istringstream fields(stat->substr(stat->rfind(')') + 2));
+  std::vector<std::string> f{std::istream_iterator<std::string>(fields), {}};
+  // After the comm: state is field 3, utime..cstime fields 14-17, num_threads 20, rss 24.
+  if (f.size() < 22) return Fail(ErrorCode::kInternal, "short /proc/" + std::to_string(pid) + "/stat");
+  const double tick = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  for (int i = 11; i <= 14; ++i) stats.cpu_seconds += std::stod(f[i]) / tick;
+  stats.pids = std::stoull(f[17]);
+  stats.memory_bytes = std::stoull(f[21]) * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  std::error_code ec;
+  for (const auto& entry :
+       std::filesystem::recursive_directory_iterator(SandboxDir(id) + "/root", ec)) {
+    if (entry.is_regular_file(ec) && !entry.is_symlink(ec)) stats.disk_bytes += entry.file_size(ec);
+  }
+  return stats;
 }
 
 Status FakeEngine::Alive(const std::string& id) {

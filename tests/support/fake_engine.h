@@ -41,6 +41,8 @@ class FakeEngine : public runtime::Engine {
   Result<std::vector<std::string>> ListSandboxes() override;
   Status UpdateLimits(const std::string& id, const runtime::Limits& limits) override;
   Result<runtime::LayerSnapshot> SnapshotLayer(const std::string& id) override;
+  // The agent's /proc/<pid>/stat (its children's CPU once reaped) and the files under its root.
+  Result<runtime::SandboxStats> Stats(const std::string& id) override;
   Status Alive(const std::string& id) override;
   Status Pause(const std::string& id) override;
   Status Resume(const std::string& id) override;

@@ -14,6 +14,7 @@ from .errors import (
     AuthError,
     ConflictError,
     InvalidRequest,
+    QuotaExceeded,
     SandboxNotFound,
     ServerError,
     Timeout,
@@ -22,7 +23,9 @@ from .files import FileEntry, Files, UnsafeArchive
 from .keys import ApiKey, Keys
 from .processes import ExitStatus, Process, Processes, ProcessOutput, Terminal
 from .sandbox import ExecResult, Sandbox
+from .secrets import SecretInfo, Secrets
 from .templates import Template, Templates
+from .tenants import TenantInfo, Tenants
 
 __version__ = "0.1.0"
 
@@ -41,10 +44,15 @@ __all__ = [
     "Process",
     "ProcessOutput",
     "Processes",
+    "QuotaExceeded",
     "Sandbox",
     "Template",
     "Templates",
+    "TenantInfo",
+    "Tenants",
     "SandboxNotFound",
+    "SecretInfo",
+    "Secrets",
     "ServerError",
     "Terminal",
     "Timeout",

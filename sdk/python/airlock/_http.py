@@ -128,6 +128,22 @@ class Client:
 
         return Keys(self)
 
+    @property
+    def tenants(self) -> "Any":
+        """Tenant quotas and use (airlock.tenants.Tenants): set and remove (admin keys), get
+        (an admin key for any tenant, another key for its own)."""
+        from .tenants import Tenants
+
+        return Tenants(self)
+
+    @property
+    def secrets(self) -> "Any":
+        """The tenant's secrets: create, list, get, update, delete (airlock.secrets.Secrets);
+        values go in, never come back."""
+        from .secrets import Secrets
+
+        return Secrets(self)
+
     def engines(self) -> "List[Dict[str, Any]]":
         """The daemon's isolation engines (GET /v1/engines): for each, its name, whether it is
         available here (else the reason), whether it is the default, and its capabilities."""

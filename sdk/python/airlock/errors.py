@@ -22,7 +22,7 @@ class AirlockError(Exception):
 
 
 class SandboxNotFound(AirlockError):
-    """404: no such sandbox, template or file."""
+    """404: no such sandbox, template, secret or file."""
 
 
 class AuthError(AirlockError):
@@ -36,6 +36,12 @@ class InvalidRequest(AirlockError):
 
 class ConflictError(AirlockError):
     """409: the sandbox is in the wrong state for the call (e.g. exec while paused)."""
+
+
+class QuotaExceeded(AirlockError):
+    """429: a tenant quota (or a host limit) was hit; the message says what is used, what was
+    asked and what is allowed ("tenant acme: memory 3072 MiB in use + 2048 asked > quota 4096
+    MiB")."""
 
 
 class Timeout(AirlockError):
@@ -56,6 +62,8 @@ def error_for_status(status: int, code: Optional[str], message: str) -> AirlockE
         return InvalidRequest(message, status, code)
     if status == 409:
         return ConflictError(message, status, code)
+    if status == 429:
+        return QuotaExceeded(message, status, code)
     if status == 504:
         return Timeout(message, status, code)
     if status >= 500:

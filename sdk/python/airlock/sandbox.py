@@ -5,9 +5,10 @@ from __future__ import annotations
 import base64
 import codecs
 import json
+import time
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Type, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Type, Union
 
 from ._http import Client
 from .errors import AirlockError, SandboxNotFound, ServerError, error_for_code
@@ -121,6 +122,8 @@ class Sandbox:
         network: Optional[Mapping[str, Any]] = None,
         engine: Optional[str] = None,
         auto_hibernate_seconds: Optional[int] = None,
+        secrets: Optional[Sequence[Mapping[str, Any]]] = None,
+        auto_pause: Optional[Mapping[str, Any]] = None,
         url: Optional[str] = None,
         api_key: Optional[str] = None,
         client: Optional[Client] = None,
@@ -133,7 +136,13 @@ class Sandbox:
         daemon's); one that is unavailable or lacks what the sandbox needs is refused
         (Conflict, naming what it lacks). `auto_hibernate_seconds` hibernates the sandbox
         (pause(memory=True)) after that long without a call that uses it; it needs an
-        engine with memory_checkpoint (gVisor)."""
+        engine with memory_checkpoint (gVisor). `auto_pause` = {"idle_seconds": N, "memory":
+        bool} pauses it (memory=True: hibernates it) after N seconds without a call that uses
+        it and with no command running; the next exec, file or process call resumes it by
+        itself (docs/design/metrics.md). `secrets` binds secrets of the caller's tenant
+        (client.secrets): [{"name": "GITHUB_TOKEN", "hosts": ["api.github.com"], "env":
+        "GITHUB_TOKEN"}]; the sandbox gets placeholders, the egress proxy the values (network
+        mode allowlist, docs/secrets.md)."""
         client = client or Client(url=url, api_key=api_key)
         body: Dict[str, Any] = {}
         for key, value in (
@@ -149,6 +158,10 @@ class Sandbox:
             body["metadata"] = dict(metadata)
         if network is not None:
             body["network"] = dict(network)
+        if secrets is not None:
+            body["secrets"] = [dict(binding) for binding in secrets]
+        if auto_pause is not None:
+            body["auto_pause"] = dict(auto_pause)
         return cls(client, client.request("POST", "/v1/sandboxes", json_body=body).json())
 
     @classmethod
@@ -159,9 +172,15 @@ class Sandbox:
         api_key: Optional[str] = None,
         client: Optional[Client] = None,
     ) -> "Sandbox":
-        """Attaches to an existing sandbox; SandboxNotFound if there is none with that id."""
+        """Attaches to an existing sandbox; SandboxNotFound if there is none with that id, or if
+        it was destroyed (the error says why it ended: see end_reason)."""
         client = client or Client(url=url, api_key=api_key)
-        return cls(client, client.request("GET", cls._path_of(sandbox_id)).json())
+        info = client.request("GET", cls._path_of(sandbox_id)).json()
+        if info.get("state") == "destroyed":
+            raise SandboxNotFound(
+                f"sandbox {sandbox_id} was destroyed ({info.get('end_reason', 'deleted')})",
+                404, "not_found")
+        return cls(client, info)
 
     @classmethod
     def list(
@@ -224,8 +243,16 @@ class Sandbox:
     def expires_at(self) -> Optional[str]:
         return self._info.get("expires_at")
 
+    @property
+    def end_reason(self) -> Optional[str]:
+        """Why a destroyed or failed sandbox ended, as last seen: deleted, expired, failed or
+        lost; None while it lives. refresh() sees it until the daemon purges the record."""
+        reason = self._info.get("end_reason")
+        return str(reason) if reason is not None else None
+
     def refresh(self) -> "Sandbox":
-        """Fetches the sandbox's record again."""
+        """Fetches the sandbox's record again; a destroyed one's shows state "destroyed" and its
+        end_reason until the daemon purges it (SandboxNotFound after)."""
         self._info = self._client.request("GET", self._path).json()
         return self
 
@@ -239,6 +266,18 @@ class Sandbox:
         Only for a sandbox created with a network mode other than none."""
         self._info = self._client.request("PATCH", self._path,
                                           json_body={"network": dict(policy)}).json()
+        return self
+
+    @property
+    def secrets(self) -> List[Dict[str, Any]]:
+        """The secrets bound as last seen, each with its placeholder (never a value)."""
+        return [dict(binding) for binding in self._info.get("secrets") or []]
+
+    def set_secrets(self, bindings: Sequence[Mapping[str, Any]]) -> "Sandbox":
+        """Replaces the secrets bound ([] unbinds all): the next command has their variables,
+        the next request their values. A secret bound before keeps its placeholder."""
+        self._info = self._client.request(
+            "PATCH", self._path, json_body={"secrets": [dict(b) for b in bindings]}).json()
         return self
 
     def network_events(self, after: int = 0, limit: Optional[int] = None) -> List[Dict[str, Any]]:
@@ -255,6 +294,56 @@ class Sandbox:
         if limit is not None:
             query.append(("limit", str(int(limit))))
         return dict(self._client.request("GET", self._path + "/network/events", query=query).json())
+
+    def events(
+        self,
+        after: int = 0,
+        types: Optional[Sequence[str]] = None,
+        follow: bool = False,
+        timeout: Optional[float] = None,
+    ) -> Iterator[Dict[str, Any]]:
+        """The sandbox's flight recorder: every event with a `seq` above `after`, oldest first,
+        each {"seq", "time", "type", "data"} (lifecycle, commands, files, network verdicts,
+        processes started inside). `types` keeps only those types; a prefix before a dot takes
+        them all ("exec" is exec.start and exec.end). With `follow`, the iterator goes on with
+        each event as it is recorded and ends once the sandbox is destroyed (or `timeout`
+        seconds pass: Timeout). Readable after the destroy until the daemon purges the record."""
+        query = [("after", str(int(after))), ("format", "jsonl")]
+        if types:
+            query.append(("type", ",".join(types)))
+        if follow:
+            query.append(("follow", "1"))
+        deadline = time.monotonic() + timeout if timeout is not None else float("inf")
+        for line in self._client.stream_lines("GET", self._path + "/events", query=query,
+                                              deadline=deadline):
+            if line.strip():
+                yield dict(json.loads(line))
+
+    def events_page(self, after: int = 0, limit: Optional[int] = None,
+                    types: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+        """One page of events as the server answers it: `events`, `next_after`, `has_more`,
+        `last_seq`, and the counts `dropped` (lost before they were stored: the log also says
+        where, with a recorder.dropped event) and `trimmed` (removed to keep the newest)."""
+        query = [("after", str(int(after)))]
+        if limit is not None:
+            query.append(("limit", str(int(limit))))
+        if types:
+            query.append(("type", ",".join(types)))
+        return dict(self._client.request("GET", self._path + "/events", query=query).json())
+
+    def metrics(self, start: Optional[int] = None, end: Optional[int] = None,
+                limit: Optional[int] = None) -> List[Dict[str, Any]]:
+        """What the sandbox used, sampled by the daemon every few seconds, oldest first: dicts
+        with at_ms, cpu_seconds, cpu_cores, memory_bytes, memory_peak_bytes, pids, disk_bytes,
+        net_rx_bytes and net_tx_bytes. `start` and `end` (unix milliseconds) bound them;
+        `limit` keeps the newest (server default 1000). Readable after the sandbox is deleted,
+        until its record is purged."""
+        query = []
+        for key, value in (("start", start), ("end", end), ("limit", limit)):
+            if value is not None:
+                query.append((key, str(int(value))))
+        doc = self._client.request("GET", self._path + "/metrics", query=query).json()
+        return list(doc["samples"])
 
     def __repr__(self) -> str:
         return f"Sandbox(id={self._id!r}, state={self.state!r})"
@@ -308,6 +397,23 @@ class Sandbox:
         """The sandbox now expires `seconds` from now."""
         self._info = self._client.request(
             "PATCH", self._path, json_body={"ttl_seconds": seconds}
+        ).json()
+        return self
+
+    def set_limits(self, cpus: Optional[float] = None, memory_mb: Optional[int] = None,
+                   pids_max: Optional[int] = None) -> "Sandbox":
+        """Changes the limits of the running (or paused) sandbox; those not given stay. Needs an
+        engine with live_limits (ConflictError otherwise); an increase must fit the tenant's
+        quota (QuotaExceeded). Inside, nproc and /proc/meminfo follow on the jail."""
+        limits: Dict[str, Any] = {}
+        if cpus is not None:
+            limits["cpus"] = cpus
+        if memory_mb is not None:
+            limits["memory_mb"] = int(memory_mb)
+        if pids_max is not None:
+            limits["pids_max"] = int(pids_max)
+        self._info = self._client.request(
+            "PATCH", self._path, json_body={"limits": limits}
         ).json()
         return self
 

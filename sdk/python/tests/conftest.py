@@ -50,7 +50,7 @@ def daemon() -> Iterator[Daemon]:
     os.chmod(state, 0o711)
     proc = subprocess.Popen(
         [BINARIES["airlockd"], "--listen", "127.0.0.1:0", "--state-dir", state,
-         "--on-shutdown", "destroy", "--log-level", "warn",
+         "--on-shutdown", "destroy", "--log-level", "warn", "--metrics-interval-ms", "500",
          # Its own network id and subnet, and a DNS upstream on loopback: nothing leaves.
          "--network-id", "sdk", "--network-subnet", "10.216.0.0/24",
          "--network-dns", "127.0.0.1:9",

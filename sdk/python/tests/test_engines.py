@@ -14,6 +14,8 @@ def test_the_engines_are_listed_with_what_they_can_do(daemon: object) -> None:
     assert jail["available"] and jail["default"]
     assert jail["capabilities"]["pause"] and jail["capabilities"]["layer_snapshot"]
     assert not jail["capabilities"]["memory_fork"]
+    # Said either way: whether the daemon could subscribe to the kernel's process events.
+    assert isinstance(jail["capabilities"]["process_events"], bool)
 
 
 def test_a_create_names_its_engine_and_the_sandbox_shows_it(daemon: object) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from airlock import ConflictError, Sandbox
+from airlock import Client, ConflictError, InvalidRequest, Sandbox
 
 
 def _networked(daemon) -> Sandbox:
@@ -58,3 +58,35 @@ def test_a_sandbox_without_a_network_cannot_be_given_one(daemon) -> None:
         assert sbx.exec("cat /proc/net/dev | grep -c eth0").stdout.strip() == "0"
         with pytest.raises(ConflictError):
             sbx.set_network({"mode": "open"})
+
+
+def test_secrets_are_bound_as_placeholders_and_unbound(daemon) -> None:
+    name = "SDK_BOUND_SECRET"
+    value = "ghp_sdk_value_never_in_the_sandbox_5e1"
+    client = Client()
+    client.secrets.create(name, value)
+    try:
+        try:
+            sbx = Sandbox.create(ttl_seconds=600,
+                                 network={"mode": "allowlist", "allow": ["api.invalid"]},
+                                 secrets=[{"name": name, "hosts": ["api.invalid"],
+                                           "env": "API_TOKEN"}])
+        except Exception as e:
+            if "no sandbox networking" in str(e):
+                pytest.skip(str(e))
+            raise
+        with sbx:
+            [bound] = sbx.secrets
+            assert bound["name"] == name and bound["hosts"] == ["api.invalid"]
+            placeholder = bound["placeholder"]
+            assert placeholder.startswith("airlock-secret-")
+            assert sbx.exec("echo $API_TOKEN").stdout == placeholder + "\n"
+            assert value not in sbx.exec("env").stdout
+            # A host the network does not allow cannot be bound (the value could never go).
+            with pytest.raises(InvalidRequest):
+                sbx.set_secrets([{"name": name, "hosts": ["other.invalid"]}])
+            sbx.set_secrets([])
+            assert sbx.secrets == []
+            assert sbx.exec("echo ${API_TOKEN:-unset}").stdout == "unset\n"
+    finally:
+        client.secrets.delete(name)

@@ -41,8 +41,11 @@ def test_kill_is_idempotent(daemon) -> None:
     sbx.kill()
     sbx.close()
     assert sbx.state == "destroyed"
-    with pytest.raises(SandboxNotFound):
-        sbx.refresh()
+    # The record stays readable, with why it ended; connecting to it is refused.
+    assert sbx.refresh().state == "destroyed"
+    assert sbx.end_reason == "deleted"
+    with pytest.raises(SandboxNotFound, match="destroyed"):
+        Sandbox.connect(sbx.id)
 
 
 def test_connect_and_refresh(sbx) -> None:

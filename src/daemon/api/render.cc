@@ -8,15 +8,16 @@
 #include "daemon/api/utf8.h"
 
 namespace airlock::api {
+
+std::string DumpJson(const nlohmann::json& doc) {
+  // Every string put in a response is either checked UTF-8 or replaced; replace keeps dump()
+  // from throwing if one slips through.
+  return doc.dump(-1, ' ', /*ensure_ascii=*/false, nlohmann::json::error_handler_t::replace);
+}
+
 namespace {
 
 using nlohmann::json;
-
-std::string Dump(const json& doc) {
-  // Every string put in a response is either checked UTF-8 or replaced; replace keeps dump()
-  // from throwing if one slips through.
-  return doc.dump(-1, ' ', /*ensure_ascii=*/false, json::error_handler_t::replace);
-}
 
 json SandboxJson(const SandboxView& s) {
   json limits = {
@@ -42,9 +43,17 @@ json SandboxJson(const SandboxView& s) {
   if (!s.address.empty()) network["address"] = s.address;
   if (!s.address6.empty()) network["address6"] = s.address6;
   doc["network"] = std::move(network);
+  json secrets = json::parse(s.secrets, nullptr, /*allow_exceptions=*/false);
+  doc["secrets"] = secrets.is_array() ? std::move(secrets) : json::array();
   if (!s.error.empty()) doc["error"] = s.error;
   doc["tenant"] = s.tenant;
   if (s.memory_image_bytes > 0) doc["memory_image_bytes"] = s.memory_image_bytes;
+  if (!s.end_reason.empty()) doc["end_reason"] = s.end_reason;
+  if (s.ended_at) doc["ended_at"] = FormatTimestamp(*s.ended_at);
+  if (s.auto_pause_seconds > 0) {
+    doc["auto_pause"] = {{"idle_seconds", s.auto_pause_seconds}, {"memory", s.auto_pause_memory}};
+  }
+  if (s.auto_paused) doc["auto_paused"] = true;
   return doc;
 }
 
@@ -92,20 +101,37 @@ std::string FormatTimestamp(std::chrono::system_clock::time_point t) {
   return buf;
 }
 
-std::string RenderSandbox(const SandboxView& sandbox) { return Dump(SandboxJson(sandbox)); }
+std::string RenderSandbox(const SandboxView& sandbox) { return DumpJson(SandboxJson(sandbox)); }
 
 std::string RenderSandboxList(std::span<const SandboxView> sandboxes) {
   json list = json::array();
   for (const auto& s : sandboxes) list.push_back(SandboxJson(s));
-  return Dump(json{{"sandboxes", std::move(list)}});
+  return DumpJson(json{{"sandboxes", std::move(list)}});
 }
 
-std::string RenderKey(const KeyView& key) { return Dump(KeyJson(key)); }
+std::string RenderKey(const KeyView& key) { return DumpJson(KeyJson(key)); }
 
 std::string RenderKeyList(std::span<const KeyView> keys) {
   json list = json::array();
   for (const auto& k : keys) list.push_back(KeyJson(k));
-  return Dump(json{{"keys", std::move(list)}});
+  return DumpJson(json{{"keys", std::move(list)}});
+}
+
+namespace {
+json SecretJson(const SecretView& s) {
+  return {{"name", s.name},
+          {"version", s.version},
+          {"created_at", FormatTimestamp(s.created_at)},
+          {"updated_at", FormatTimestamp(s.updated_at)}};
+}
+}  // namespace
+
+std::string RenderSecret(const SecretView& secret) { return DumpJson(SecretJson(secret)); }
+
+std::string RenderSecretList(std::span<const SecretView> secrets) {
+  json list = json::array();
+  for (const auto& s : secrets) list.push_back(SecretJson(s));
+  return DumpJson(json{{"secrets", std::move(list)}});
 }
 
 namespace {
@@ -118,7 +144,7 @@ json PoolJson(const PoolView& p) {
 }
 }  // namespace
 
-std::string RenderPool(const PoolView& pool) { return Dump(PoolJson(pool)); }
+std::string RenderPool(const PoolView& pool) { return DumpJson(PoolJson(pool)); }
 
 std::string RenderEngineList(std::span<const EngineView> engines, std::string_view default_name) {
   json list = json::array();
@@ -139,6 +165,7 @@ std::string RenderEngineList(std::span<const EngineView> engines, std::string_vi
                              {"memory_fork", c.memory_fork},
                              {"host_usr_root", c.host_usr_root},
                              {"networking", c.networking},
+                             {"process_events", c.process_events},
                              {"max_layers", c.max_layers},
                              {"isolation", c.isolation},
                              {"agent_channel", c.agent_channel}};
@@ -148,13 +175,13 @@ std::string RenderEngineList(std::span<const EngineView> engines, std::string_vi
     }
     list.push_back(std::move(one));
   }
-  return Dump(json{{"engines", std::move(list)}, {"default", default_name}});
+  return DumpJson(json{{"engines", std::move(list)}, {"default", default_name}});
 }
 
 std::string RenderPoolList(std::span<const PoolView> pools) {
   json list = json::array();
   for (const auto& p : pools) list.push_back(PoolJson(p));
-  return Dump(json{{"pools", std::move(list)}});
+  return DumpJson(json{{"pools", std::move(list)}});
 }
 
 namespace {
@@ -192,19 +219,19 @@ json ProcessJson(const ProcessView& p) {
 }
 }  // namespace
 
-std::string RenderProcess(const ProcessView& process) { return Dump(ProcessJson(process)); }
+std::string RenderProcess(const ProcessView& process) { return DumpJson(ProcessJson(process)); }
 
 std::string RenderProcessList(std::span<const ProcessView> processes) {
   json list = json::array();
   for (const auto& p : processes) list.push_back(ProcessJson(p));
-  return Dump(json{{"processes", std::move(list)}});
+  return DumpJson(json{{"processes", std::move(list)}});
 }
 
 std::string RenderExecResult(const ExecResultView& r) {
   json doc = ExitFields(r);
   PutBytes(doc, "stdout", r.stdout_bytes);
   PutBytes(doc, "stderr", r.stderr_bytes);
-  return Dump(doc);
+  return DumpJson(doc);
 }
 
 namespace {
@@ -221,20 +248,20 @@ json FileEntryJson(const FileEntryView& e) {
 }
 }  // namespace
 
-std::string RenderFileEntry(const FileEntryView& entry) { return Dump(FileEntryJson(entry)); }
+std::string RenderFileEntry(const FileEntryView& entry) { return DumpJson(FileEntryJson(entry)); }
 
 std::string RenderFileList(std::string_view path, std::span<const FileEntryView> entries) {
   json list = json::array();
   for (const auto& e : entries) list.push_back(FileEntryJson(e));
   json doc = {{"entries", std::move(list)}};
   PutBytes(doc, "path", std::string(path));
-  return Dump(doc);
+  return DumpJson(doc);
 }
 
 HttpError ErrorBody(const Error& error) {
   json doc = {{"error",
                {{"code", std::string(ErrorCodeName(error.code()))}, {"message", error.message()}}}};
-  return HttpError{HttpStatus(error.code()), Dump(doc)};
+  return HttpError{HttpStatus(error.code()), DumpJson(doc)};
 }
 
 HttpError UnauthenticatedBody() {
@@ -277,12 +304,12 @@ json TemplateJson(const TemplateView& v) {
 }
 }  // namespace
 
-std::string RenderTemplate(const TemplateView& view) { return Dump(TemplateJson(view)); }
+std::string RenderTemplate(const TemplateView& view) { return DumpJson(TemplateJson(view)); }
 
 std::string RenderTemplateList(std::span<const TemplateView> views) {
   json list = json::array();
   for (const auto& v : views) list.push_back(TemplateJson(v));
-  return Dump(json{{"templates", std::move(list)}});
+  return DumpJson(json{{"templates", std::move(list)}});
 }
 
 std::string RenderEvent(const Event& event) {
@@ -324,14 +351,14 @@ std::string RenderEvent(const Event& event) {
   };
   json doc = std::visit(Fields{}, event.what);
   doc["time"] = FormatTimestamp(event.time);
-  return Dump(doc) + "\n";
+  return DumpJson(doc) + "\n";
 }
 
 std::string RenderFork(std::span<const SandboxView> sandboxes, const std::string& layer,
                        bool memory_carried) {
   json list = json::array();
   for (const auto& s : sandboxes) list.push_back(SandboxJson(s));
-  return Dump(json{
+  return DumpJson(json{
       {"sandboxes", std::move(list)},
       {"layer", layer},
       {"memory_carried", memory_carried},

@@ -10,6 +10,8 @@
 #include <variant>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/error.h"
 #include "daemon/api/types.h"
 #include "runtime/engine.h"
@@ -30,15 +32,28 @@ struct SandboxView {
   Metadata metadata;       // env is never shown: it may hold secrets
   std::string error;       // why a failed sandbox failed (shown only when not empty)
   std::string network;     // its policy's JSON ("" for mode none)
+  std::string secrets;     // the secrets bound, JSON with placeholders ("" for none)
   std::string address;     // its IPv4 address, when it has a network
   std::string address6;    // its IPv6 address, when its network has IPv6
   std::string tenant;      // the tenant that owns it
   uint64_t memory_image_bytes = 0;  // a hibernated sandbox's memory image on disk (shown if > 0)
+  // Why a destroyed or failed sandbox ended: deleted, expired, failed, lost (shown if not empty),
+  // and when (a destroyed one's).
+  std::string end_reason;
+  std::optional<std::chrono::system_clock::time_point> ended_at;
+  // Its auto_pause (shown if idle_seconds > 0), and whether the idle sweep paused it (shown
+  // while it did).
+  int64_t auto_pause_seconds = 0;
+  bool auto_pause_memory = false;
+  bool auto_paused = false;
 };
+
+// `doc` as compact JSON text; bytes that are not UTF-8 are replaced, never thrown on.
+std::string DumpJson(const nlohmann::json& doc);
 
 // {"id", "state", "template", "engine", "created_at", "expires_at", "limits": {...},
 //  "metadata": {...}, "network": {"mode", "allow", "deny", "bandwidth_mbps"?,
-//  "max_connections"?, "address"?, "address6"?}, "error"?}
+//  "max_connections"?, "address"?, "address6"?}, "error"?, "end_reason"?, "ended_at"?}
 std::string RenderSandbox(const SandboxView& sandbox);
 // {"sandboxes": [ ... ]}
 std::string RenderSandboxList(std::span<const SandboxView> sandboxes);
@@ -58,6 +73,17 @@ struct KeyView {
 std::string RenderKey(const KeyView& key);
 // {"keys": [ ... ]}
 std::string RenderKeyList(std::span<const KeyView> keys);
+
+// A secret as the API shows it (docs/secrets.md): never its value.
+struct SecretView {
+  std::string name;
+  int64_t version = 0;
+  std::chrono::system_clock::time_point created_at, updated_at;
+};
+// {"name", "version", "created_at", "updated_at"}
+std::string RenderSecret(const SecretView& secret);
+// {"secrets": [ ... ]}
+std::string RenderSecretList(std::span<const SecretView> secrets);
 
 // An engine as GET /v1/engines shows it (runtime/registry.h: EngineStatus).
 struct EngineView {

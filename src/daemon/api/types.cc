@@ -245,11 +245,16 @@ Result<CreateSandboxRequest> CreateSandboxRequest::FromJson(std::string_view bod
   AIRLOCK_TRY(RejectUnknownFields(
       doc, "request body",
       {"template", "ttl_seconds", "cpus", "memory_mb", "pids_max", "disk_mb", "env", "metadata",
-       "network", "engine", "auto_hibernate_seconds"}));
+       "network", "engine", "auto_hibernate_seconds", "auto_pause", "secrets"}));
   CreateSandboxRequest req;
   if (doc.contains("engine")) AIRLOCK_TRY_ASSIGN(req.engine, GetEngineName(doc["engine"]));
   if (doc.contains("network")) {
     AIRLOCK_TRY_ASSIGN(req.network, net::NetworkPolicy::FromJson(doc["network"]));
+  }
+  if (doc.contains("secrets")) {
+    std::vector<net::SecretBinding> secrets;
+    AIRLOCK_TRY_ASSIGN(secrets, net::ParseSecretBindings(doc["secrets"], {}, net::NewPlaceholder));
+    req.network.SetSecrets(std::move(secrets));
   }
   if (doc.contains("template")) {
     AIRLOCK_TRY_ASSIGN(req.template_name,
@@ -261,9 +266,25 @@ Result<CreateSandboxRequest> CreateSandboxRequest::FromJson(std::string_view bod
                        GetInt(doc["ttl_seconds"], "ttl_seconds", 1, kMaxTtlSeconds));
   }
   if (doc.contains("auto_hibernate_seconds")) {
-    AIRLOCK_TRY_ASSIGN(req.auto_hibernate_seconds,
+    if (doc.contains("auto_pause")) {
+      return Invalid("give auto_pause or auto_hibernate_seconds (the older form of auto_pause "
+                     "with memory), not both");
+    }
+    AIRLOCK_TRY_ASSIGN(req.auto_pause_seconds,
                        GetInt(doc["auto_hibernate_seconds"], "auto_hibernate_seconds", 1,
                               kMaxTtlSeconds));
+    req.auto_pause_memory = true;
+  }
+  if (doc.contains("auto_pause")) {
+    const json& pause = doc["auto_pause"];
+    if (!pause.is_object()) return Invalid("auto_pause must be an object {idle_seconds, memory}");
+    AIRLOCK_TRY(RejectUnknownFields(pause, "auto_pause", {"idle_seconds", "memory"}));
+    if (!pause.contains("idle_seconds")) return Invalid("auto_pause.idle_seconds is required");
+    AIRLOCK_TRY_ASSIGN(req.auto_pause_seconds,
+                       GetInt(pause["idle_seconds"], "auto_pause.idle_seconds", 1, kMaxTtlSeconds));
+    if (pause.contains("memory")) {
+      AIRLOCK_TRY_ASSIGN(req.auto_pause_memory, GetBool(pause["memory"], "auto_pause.memory"));
+    }
   }
   AIRLOCK_TRY(GetLimits(doc, req.limits, req.limits_given));
   if (doc.contains("env")) AIRLOCK_TRY_ASSIGN(req.env, GetEnv(doc["env"], "env"));
@@ -302,6 +323,96 @@ Result<CreateKeyRequest> CreateKeyRequest::FromJson(std::string_view body) {
   AIRLOCK_TRY(CheckTenantName(req.tenant, "tenant"));
   if (doc.contains("admin")) AIRLOCK_TRY_ASSIGN(req.admin, GetBool(doc["admin"], "admin"));
   return req;
+}
+
+Status CheckSecretName(std::string_view name) {
+  bool ok = !name.empty() && name.size() <= kMaxSecretNameBytes &&
+            (IsLower(name[0]) || IsUpper(name[0]) || name[0] == '_');
+  for (char c : name) ok = ok && (IsLower(c) || IsUpper(c) || IsDigit(c) || c == '_');
+  if (!ok) {
+    // The name is not quoted: a caller that swapped name and value would see the value.
+    return Invalid("a secret name must match [A-Za-z_][A-Za-z0-9_]* and be 1-" +
+                   std::to_string(kMaxSecretNameBytes) +
+                   " bytes (it is also an environment variable's name)");
+  }
+  return {};
+}
+
+Status CheckSecretValue(std::string_view value) {
+  if (value.empty() || value.size() > kMaxSecretValueBytes) {
+    return Invalid("value must be 1-" + std::to_string(kMaxSecretValueBytes) + " bytes, got " +
+                   std::to_string(value.size()));
+  }
+  if (value.find_first_of(std::string_view("\r\n\0", 3)) != std::string_view::npos) {
+    return Invalid(
+        "value must not contain CR, LF or NUL: it is sent in HTTP headers (a value read from a "
+        "file may end in a newline; strip it)");
+  }
+  return {};
+}
+
+namespace {
+
+// A body that carries a secret's value: as ParseJsonObject, but an error never quotes the body
+// (nlohmann's parse errors end with "; last read: '<the bytes it read>'", which may be the
+// value's), and a value that is not a string is not shown.
+Result<json> ParseSecretBody(std::string_view body) {
+  auto doc = ParseJsonObject(body);
+  if (!doc) {
+    std::string message = doc.error().message();
+    if (size_t quoted = message.find("; last read:"); quoted != std::string::npos) {
+      message.resize(quoted);
+    }
+    return std::unexpected(Error(doc.error().code(), std::move(message)));
+  }
+  return doc;
+}
+
+Result<std::string> GetSecretValue(const json& doc) {
+  if (!doc.contains("value")) return Invalid("value is required");
+  const json& value = doc["value"];
+  if (!value.is_string()) {
+    return Invalid(std::string("value must be a string, got ") + value.type_name());
+  }
+  const auto& text = value.get_ref<const std::string&>();
+  AIRLOCK_TRY(CheckSecretValue(text));
+  return text;
+}
+
+}  // namespace
+
+Result<CreateSecretRequest> CreateSecretRequest::FromJson(std::string_view body) {
+  json doc;
+  AIRLOCK_TRY_ASSIGN(doc, ParseSecretBody(body));
+  AIRLOCK_TRY(RejectUnknownFields(doc, "request body", {"name", "value"}));
+  if (!doc.contains("name")) return Invalid("name is required");
+  CreateSecretRequest req;
+  if (!doc["name"].is_string()) {
+    return Invalid(std::string("name must be a string, got ") + doc["name"].type_name());
+  }
+  req.name = doc["name"].get<std::string>();
+  AIRLOCK_TRY(CheckSecretName(req.name));
+  AIRLOCK_TRY_ASSIGN(req.value, GetSecretValue(doc));
+  return req;
+}
+
+Result<UpdateSecretRequest> UpdateSecretRequest::FromJson(std::string_view body) {
+  json doc;
+  AIRLOCK_TRY_ASSIGN(doc, ParseSecretBody(body));
+  AIRLOCK_TRY(RejectUnknownFields(doc, "request body", {"value"}));
+  UpdateSecretRequest req;
+  AIRLOCK_TRY_ASSIGN(req.value, GetSecretValue(doc));
+  return req;
+}
+
+Result<SecretsQuery> SecretsQuery::FromQuery(const QueryParams& params) {
+  AIRLOCK_TRY(CheckQueryNames(params, {"tenant"}, false));
+  SecretsQuery query;
+  for (const auto& [name, value] : params) {
+    AIRLOCK_TRY(CheckTenantName(value, "tenant"));
+    query.tenant = value;
+  }
+  return query;
 }
 
 Result<PoolSizeRequest> PoolSizeRequest::FromJson(std::string_view body) {
@@ -345,13 +456,45 @@ Status CheckTemplateName(std::string_view name) {
 Result<PatchSandboxRequest> PatchSandboxRequest::FromJson(std::string_view body) {
   json doc;
   AIRLOCK_TRY_ASSIGN(doc, ParseJsonObject(body));
-  AIRLOCK_TRY(RejectUnknownFields(doc, "request body", {"ttl_seconds", "metadata", "network"}));
+  AIRLOCK_TRY(RejectUnknownFields(doc, "request body",
+                                  {"ttl_seconds", "metadata", "network", "secrets", "limits"}));
   if (doc.empty()) {
-    return Invalid("request body must set at least one of ttl_seconds, metadata, network");
+    return Invalid(
+        "request body must set at least one of ttl_seconds, metadata, network, secrets, limits");
   }
   PatchSandboxRequest req;
+  if (doc.contains("limits")) {
+    const json& limits = doc["limits"];
+    if (!limits.is_object()) {
+      return Invalid("limits must be an object, got " + Describe(limits));
+    }
+    if (limits.contains("disk_mb")) {
+      return Invalid(
+          "limits.disk_mb cannot change on a live sandbox (its writable layer is made at "
+          "create); cpus, memory_mb and pids_max can");
+    }
+    AIRLOCK_TRY(RejectUnknownFields(limits, "limits", {"cpus", "memory_mb", "pids_max"}));
+    if (limits.empty()) return Invalid("limits must set at least one of cpus, memory_mb, pids_max");
+    LimitsPatch patch;
+    if (limits.contains("cpus")) {
+      AIRLOCK_TRY_ASSIGN(patch.cpus, GetPositiveNumber(limits["cpus"], "limits.cpus", kMaxCpus));
+    }
+    if (limits.contains("memory_mb")) {
+      AIRLOCK_TRY_ASSIGN(patch.memory_mb, GetInt(limits["memory_mb"], "limits.memory_mb",
+                                                 kMinMemoryMb, kMaxMemoryMb));
+    }
+    if (limits.contains("pids_max")) {
+      AIRLOCK_TRY_ASSIGN(patch.pids_max,
+                         GetInt(limits["pids_max"], "limits.pids_max", kMinPidsMax, kMaxPidsMax));
+    }
+    req.limits = patch;
+  }
   if (doc.contains("network")) {
     AIRLOCK_TRY_ASSIGN(req.network, net::NetworkPolicy::FromJson(doc["network"]));
+  }
+  if (doc.contains("secrets")) {
+    AIRLOCK_TRY_ASSIGN(req.secrets,
+                       net::ParseSecretBindings(doc["secrets"], {}, net::NewPlaceholder));
   }
   if (doc.contains("ttl_seconds")) {
     AIRLOCK_TRY_ASSIGN(req.ttl_seconds,
@@ -377,6 +520,36 @@ Result<PatchSandboxRequest> PatchSandboxRequest::FromJson(std::string_view body)
       AIRLOCK_TRY_ASSIGN(
           v, GetString(item, MemberPath("metadata", key), kMaxMetadataValueBytes, false));
       req.metadata.emplace(key, std::move(v));
+    }
+  }
+  return req;
+}
+
+Result<QuotaRequest> QuotaRequest::FromJson(std::string_view body) {
+  json doc;
+  AIRLOCK_TRY_ASSIGN(doc, ParseJsonObject(body));
+  AIRLOCK_TRY(RejectUnknownFields(
+      doc, "request body", {"sandboxes", "cpus", "memory_mb", "disk_mb", "creates_per_minute"}));
+  QuotaRequest req;
+  const struct {
+    const char* name;
+    int64_t max;
+    int64_t QuotaRequest::*field;
+  } kInts[] = {{"sandboxes", kMaxQuotaCount, &QuotaRequest::sandboxes},
+               {"memory_mb", kMaxQuotaMb, &QuotaRequest::memory_mb},
+               {"disk_mb", kMaxQuotaMb, &QuotaRequest::disk_mb},
+               {"creates_per_minute", kMaxQuotaCount, &QuotaRequest::creates_per_minute}};
+  for (const auto& f : kInts) {
+    if (!doc.contains(f.name)) continue;
+    AIRLOCK_TRY_ASSIGN(req.*f.field, GetInt(doc[f.name], f.name, 0, f.max));
+  }
+  if (doc.contains("cpus")) {
+    const json& cpus = doc["cpus"];
+    // 0 is allowed here (unlimited), unlike a sandbox's cpus.
+    if (cpus.is_number() && cpus.get<double>() == 0) {
+      req.cpus = 0;
+    } else {
+      AIRLOCK_TRY_ASSIGN(req.cpus, GetPositiveNumber(cpus, "cpus", kMaxQuotaCpus));
     }
   }
   return req;
@@ -636,6 +809,87 @@ Result<NetworkEventsQuery> NetworkEventsQuery::FromQuery(const QueryParams& para
       }
       query.limit = n;
     }
+  }
+  return query;
+}
+
+Result<EventsQuery> EventsQuery::FromQuery(const QueryParams& params) {
+  AIRLOCK_TRY(CheckQueryNames(params, {"after", "limit", "type", "follow", "format"}, false));
+  EventsQuery query;
+  QueryParams paging;
+  std::optional<std::string> format;
+  for (const auto& [name, value] : params) {
+    if (name == "after" || name == "limit") {
+      paging.emplace_back(name, value);
+    } else if (name == "follow") {
+      AIRLOCK_TRY_ASSIGN(query.follow, ParseQueryBool(value, "follow"));
+    } else if (name == "format") {
+      format = value;
+    } else {
+      for (size_t at = 0; at <= value.size();) {
+        size_t comma = value.find(',', at);
+        if (comma == std::string::npos) comma = value.size();
+        const std::string type = value.substr(at, comma - at);
+        const bool ok = !type.empty() && type.size() <= 32 &&
+                        std::ranges::all_of(type, [](char c) {
+                          return (c >= 'a' && c <= 'z') || c == '.' || c == '_';
+                        });
+        if (!ok) {
+          return Invalid("type must be a comma-separated list of event types such as exec or "
+                         "net.connect (1-32 of a-z, '.', '_' each), got " + Quote(value));
+        }
+        query.types.push_back(type);
+        at = comma + 1;
+      }
+      if (query.types.size() > kMaxTypes) {
+        return Invalid("type names at most " + std::to_string(kMaxTypes) + " types");
+      }
+    }
+  }
+  NetworkEventsQuery page;
+  AIRLOCK_TRY_ASSIGN(page, NetworkEventsQuery::FromQuery(paging));
+  query.after = page.after;
+  query.limit = page.limit;
+  if (!format) {
+    query.format = query.follow ? Format::kServerSentEvents : Format::kPage;
+  } else if (*format == "json" && !query.follow) {
+    query.format = Format::kPage;
+  } else if (*format == "jsonl") {
+    query.format = Format::kJsonLines;
+  } else if (*format == "sse") {
+    query.format = Format::kServerSentEvents;
+  } else {
+    return Invalid("format must be json (a page; not with follow), jsonl or sse, got " +
+                   Quote(*format));
+  }
+  return query;
+}
+
+Result<MetricsQuery> MetricsQuery::FromQuery(const QueryParams& params) {
+  AIRLOCK_TRY(CheckQueryNames(params, {"start", "end", "limit"}, false));
+  MetricsQuery query;
+  for (const auto& [name, value] : params) {
+    int64_t n = -1;
+    auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+    const bool number = !value.empty() && value.size() <= 19 && value[0] >= '0' &&
+                        value[0] <= '9' && ec == std::errc() &&
+                        end == value.data() + value.size() && n >= 0;
+    if (name == "limit") {
+      if (!number || n < 1 || n > kMaxLimit) {
+        return Invalid("limit must be from 1 to " + std::to_string(kMaxLimit) + ", got " +
+                       Quote(value));
+      }
+      query.limit = n;
+    } else if (!number) {
+      return Invalid(name + " must be a time in unix milliseconds (0 or more), got " +
+                     Quote(value));
+    } else {
+      (name == "start" ? query.start_ms : query.end_ms) = n;
+    }
+  }
+  if (query.start_ms > query.end_ms) {
+    return Invalid("start (" + std::to_string(query.start_ms) + ") is after end (" +
+                   std::to_string(query.end_ms) + ")");
   }
   return query;
 }

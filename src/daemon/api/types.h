@@ -97,14 +97,21 @@ struct LimitFields {
 struct CreateSandboxRequest {
   std::string template_name{kDefaultTemplate};  // JSON "template"
   int64_t ttl_seconds = kDefaultTtlSeconds;
-  // Hibernate (pause with memory) after this many seconds without a call that uses its agent
-  // (exec, files, processes); 0: never. Needs Capabilities::memory_checkpoint.
-  int64_t auto_hibernate_seconds = 0;
+  // JSON "auto_pause": {"idle_seconds": N, "memory": bool}: paused (memory: hibernated) after
+  // N seconds without a call that uses its agent (exec, files, processes) and with no command in
+  // the foreground; the next such call resumes it (docs/design/metrics.md, "Auto-pause"). 0:
+  // never. Needs Capabilities::pause (memory: memory_checkpoint). The older
+  // "auto_hibernate_seconds": N is {"idle_seconds": N, "memory": true}.
+  int64_t auto_pause_seconds = 0;
+  bool auto_pause_memory = false;
   runtime::Limits limits;  // cpus, memory_mb, pids_max, disk_mb from the body; the rest default
   LimitFields limits_given;
   EnvMap env;
   Metadata metadata;
-  net::NetworkPolicy network;  // JSON "network" (docs/design/network.md); mode none by default
+  // JSON "network" (docs/design/network.md); mode none by default. JSON "secrets" (the secrets
+  // bound, docs/design/credentials.md) is in it too (NetworkPolicy::secrets), with placeholders
+  // made for them.
+  net::NetworkPolicy network;
   // The engine (docs/design/engines.md); "": the template's, else the daemon's default.
   std::string engine;
   // The tenant the sandbox will belong to: never from the body; the router sets the caller's.
@@ -116,6 +123,22 @@ struct CreateSandboxRequest {
 // kInvalidArgument unless `tenant` is 1-64 of [A-Za-z0-9._-] (store::ValidateTenant's rule).
 [[nodiscard]] Status CheckTenantName(std::string_view tenant, std::string_view what);
 
+// PUT /v1/tenants/{name}/quota: {"sandboxes"?, "cpus"?, "memory_mb"?, "disk_mb"?,
+// "creates_per_minute"?}; a field absent or 0 is unlimited; all of them 0 (or {}) removes the
+// quota (docs/design/tenancy.md, "Quotas").
+inline constexpr int64_t kMaxQuotaCount = 1'000'000;  // sandboxes, creates_per_minute
+inline constexpr double kMaxQuotaCpus = 1'000'000;
+inline constexpr int64_t kMaxQuotaMb = int64_t{1} << 40;  // memory_mb, disk_mb
+struct QuotaRequest {
+  int64_t sandboxes = 0;
+  double cpus = 0;
+  int64_t memory_mb = 0;
+  int64_t disk_mb = 0;
+  int64_t creates_per_minute = 0;
+
+  [[nodiscard]] static Result<QuotaRequest> FromJson(std::string_view body);
+};
+
 // POST /v1/keys: {"name": 1-64 printable ASCII, "tenant": CheckTenantName, "admin"?: false}.
 struct CreateKeyRequest {
   std::string name;
@@ -123,6 +146,41 @@ struct CreateKeyRequest {
   bool admin = false;
 
   [[nodiscard]] static Result<CreateKeyRequest> FromJson(std::string_view body);
+};
+
+// Secrets (docs/secrets.md): a name is also an environment variable's name; a value goes into
+// the HTTP requests the egress proxy forwards, so it may not break a header. No message about a
+// value ever holds any of it: not its bytes, not the JSON around them.
+inline constexpr size_t kMaxSecretNameBytes = 128;
+inline constexpr size_t kMaxSecretValueBytes = 65536;
+// kInvalidArgument unless `name` matches [A-Za-z_][A-Za-z0-9_]{0,127} (store::ValidateSecretName's
+// rule). The message does not quote the name either: a caller may have swapped name and value.
+[[nodiscard]] Status CheckSecretName(std::string_view name);
+// kInvalidArgument unless `value` has 1 to kMaxSecretValueBytes bytes, none of them CR, LF or
+// NUL. The message says which rule, never what the value holds.
+[[nodiscard]] Status CheckSecretValue(std::string_view value);
+
+// POST /v1/secrets: {"name", "value"}.
+struct CreateSecretRequest {
+  std::string name;
+  std::string value;
+
+  [[nodiscard]] static Result<CreateSecretRequest> FromJson(std::string_view body);
+};
+
+// PUT /v1/secrets/{name}: {"value"}.
+struct UpdateSecretRequest {
+  std::string value;
+
+  [[nodiscard]] static Result<UpdateSecretRequest> FromJson(std::string_view body);
+};
+
+// The query of every /v1/secrets route: "tenant" alone, at most once (CheckTenantName). Only
+// an admin key may name a tenant other than its own (the router's rule).
+struct SecretsQuery {
+  std::optional<std::string> tenant;
+
+  [[nodiscard]] static Result<SecretsQuery> FromQuery(const QueryParams& params);
 };
 
 // PUT /v1/pools/{template}: {"size": N}, N from 0 to kMaxPoolSize. 0 empties the pool.
@@ -251,9 +309,28 @@ struct ForkRequest {
 
 // PATCH /v1/sandboxes/{id}: at least one field. ttl_seconds restarts the TTL from now.
 // metadata is a merge patch (RFC 7396): a string sets the key, null removes it.
+// PATCH /v1/sandboxes/{id} "limits": a live change (cpus, memory_mb, pids_max, each in the
+// create's range; at least one). disk_mb is refused: the writable layer is fixed at create.
+struct LimitsPatch {
+  std::optional<double> cpus;
+  std::optional<int64_t> memory_mb;
+  std::optional<int64_t> pids_max;
+  // `current` with the patch over it.
+  runtime::Limits Over(runtime::Limits current) const {
+    if (cpus) current.cpus = *cpus;
+    if (memory_mb) current.memory_mb = static_cast<uint64_t>(*memory_mb);
+    if (pids_max) current.pids_max = static_cast<uint64_t>(*pids_max);
+    return current;
+  }
+};
+
 struct PatchSandboxRequest {
   std::optional<int64_t> ttl_seconds;
+  std::optional<LimitsPatch> limits;
   std::optional<net::NetworkPolicy> network;  // a live change of the policy
+  // The secrets bound, all of them (a secret bound before keeps its placeholder; the controller
+  // puts it back). Unset: they stay as they are, whatever `network` says.
+  std::optional<std::vector<net::SecretBinding>> secrets;
   std::map<std::string, std::optional<std::string>> metadata;
 
   [[nodiscard]] static Result<PatchSandboxRequest> FromJson(std::string_view body);
@@ -332,6 +409,35 @@ struct NetworkEventsQuery {
   int64_t after = 0;           // 0 .. 2^63-1
   int64_t limit = kMaxLimit;   // 1 .. kMaxLimit
   [[nodiscard]] static Result<NetworkEventsQuery> FromQuery(const QueryParams& params);
+};
+
+// GET /v1/sandboxes/{id}/events?after=SEQ&limit=N&type=T,...&follow=1&format=F: the flight
+// recorder's events (docs/design/recorder.md) with seq > after, oldest first.
+struct EventsQuery {
+  static constexpr int64_t kMaxLimit = 1000;
+  static constexpr size_t kMaxTypes = 16;
+  enum class Format { kPage, kJsonLines, kServerSentEvents };
+  int64_t after = 0;          // 0 .. 2^63-1
+  int64_t limit = kMaxLimit;  // 1 .. kMaxLimit: a page's size (the streams ignore it)
+  // Types, or the part before a dot ("exec" is exec.start and exec.end): 1-32 of [a-z._], at
+  // most kMaxTypes. Empty: every type.
+  std::vector<std::string> types;
+  bool follow = false;  // a live stream: what is stored, then each event as it is recorded
+  // "json" (a page; not with follow), "jsonl" (every event, a line each), "sse" (the default
+  // with follow: Server-Sent Events).
+  Format format = Format::kPage;
+  [[nodiscard]] static Result<EventsQuery> FromQuery(const QueryParams& params);
+};
+
+// GET .../metrics?start=MS&end=MS&limit=N: the samples with start <= at_ms <= end (unix ms),
+// the newest `limit` of them.
+struct MetricsQuery {
+  static constexpr int64_t kMaxLimit = 10000;
+  static constexpr int64_t kDefaultLimit = 1000;
+  int64_t start_ms = 0;
+  int64_t end_ms = INT64_MAX;
+  int64_t limit = kDefaultLimit;  // 1 .. kMaxLimit
+  [[nodiscard]] static Result<MetricsQuery> FromQuery(const QueryParams& params);
 };
 
 // "KEY=VALUE" strings, as runtime::SandboxSpec and the agent protocol take them.

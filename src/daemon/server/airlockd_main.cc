@@ -7,6 +7,7 @@
 //            [--network-id ID] [--network-subnet CIDR] [--network-uplink IF|netns:NAME|PATH]
 //            [--network-dns LIST] [--network-warm-links N] [--network-ipv6 auto|on|off]
 //            [--network-subnet6 CIDR] [--network-bandwidth-mbps N] [--network-max-connections N]
+//            [--network-upstream-ca FILE]
 //
 // The first line on stdout is "listening on HOST:PORT" (with the real port when PORT is 0).
 // At start it reconciles its records with what the engine has (adopting live sandboxes).
@@ -36,9 +37,11 @@
 #include "daemon/server/controller.h"
 #include "daemon/server/http_server.h"
 #include "daemon/server/metrics.h"
-#include "daemon/server/network_event_log.h"
+#include "daemon/server/recorder.h"
 #include "daemon/server/router.h"
+#include "daemon/server/secret_store.h"
 #include "daemon/store/store.h"
+#include "net/tls_authority.h"
 #include "net/uplink.h"
 #include "runtime/registry.h"
 
@@ -58,9 +61,11 @@ constexpr const char* kUsage =
     "                [--network-uplink IF|netns:NAME|PATH] [--network-dns IP[:PORT],...]\n"
     "                [--network-ipv6 auto|on|off] [--network-subnet6 CIDR]\n"
     "                [--network-bandwidth-mbps N] [--network-max-connections N]\n"
-    "                [--network-warm-links N]\n"
+    "                [--network-warm-links N] [--network-upstream-ca FILE]\n"
     "                [--network-events-keep N] [--network-events-flush-ms MS]\n"
+    "                [--events on|off] [--events-keep N] [--events-rate N] [--events-burst N]\n"
     "                [--destroyed-keep 0|Ns|Nm|Nh|Nd]\n"
+    "                [--metrics-interval-ms MS] [--metrics-keep N]\n"
     "Settings come from the defaults, then the config file (--config, else\n"
     "/etc/airlock/airlockd.toml if it exists), then the flags. See docs/airlockd.md.\n";
 
@@ -223,6 +228,15 @@ int main(int argc, char** argv) {
       break;
   }
 
+  // The secrets' key (docs/design/secrets-store.md): made at first start; a start that cannot
+  // open the stored secrets stops here rather than serve without them.
+  auto secrets = daemon::SecretStore::Open(**store, flags.state_dir);
+  if (!secrets) Die(secrets.error().message());
+  if ((*secrets)->made_key()) {
+    spdlog::info("created the secrets key in {}/{}", flags.state_dir,
+                 daemon::SecretStore::kKeyFile);
+  }
+
   // The engines: each built and probed; one that fails is listed unavailable, and the daemon
   // starts with the others. Only a bad configuration stops it here.
   runtime::EngineContext engine_context;
@@ -239,6 +253,16 @@ int main(int argc, char** argv) {
       }
     }
   }
+  // The flight recorder: every sandbox's events, the networks' verdicts among them, on their
+  // way to the store. Declared before the engines and the networks, so that it is destroyed (and
+  // flushed) after their process watches, proxy and stubs have stopped.
+  daemon::Recorder recorder(
+      **store, {.enabled = flags.events,
+                .keep = static_cast<int64_t>(flags.events_keep),
+                .verdicts_keep = static_cast<int64_t>(flags.network_events_keep),
+                .rate = static_cast<double>(flags.events_rate),
+                .burst = static_cast<double>(flags.events_burst),
+                .interval = std::chrono::milliseconds(flags.network_events_flush_ms)});
   auto engines = runtime::EngineRegistry::Open(engine_context, engine_configs, flags.default_engine);
   if (!engines) Die(engines.error().message(), 2);
   for (const runtime::EngineStatus& e : (*engines)->List()) {
@@ -252,16 +276,11 @@ int main(int argc, char** argv) {
 
   // Sandbox networking: without it (no nftables, no iproute2) sandboxes get network mode
   // "none" only, and a create that asks for more is refused, saying so.
-  // Network verdicts on their way to the store. Declared before the networks, so that it is
-  // destroyed (and flushed) after their proxy and stubs have stopped.
-  daemon::NetworkEventLog network_events(
-      **store, {.keep = static_cast<int64_t>(flags.network_events_keep),
-                .interval = std::chrono::milliseconds(flags.network_events_flush_ms)});
   std::unique_ptr<net::Networks> networks;
   {
     net::NetworksConfig nc;
-    nc.on_event = [&network_events](const std::string& sandbox, const net::NetworkEvent& event) {
-      network_events.Add(sandbox, event);
+    nc.on_event = [&recorder](const std::string& sandbox, const net::NetworkEvent& event) {
+      recorder.Verdict(sandbox, event);
     };
     nc.id = flags.network_id;
     nc.subnet = flags.network_subnet;
@@ -279,6 +298,23 @@ int main(int argc, char** argv) {
     auto upstream = ParseDnsServers(flags.network_dns);
     if (!upstream) Die("network_dns: " + upstream.error().message(), 2);
     nc.dns_upstream = std::move(*upstream);
+    // Secrets (docs/design/credentials.md): the proxy terminates TLS to the hosts they are bound
+    // to with certificates of the daemon's own CA, made at first start and kept, and verifies
+    // those hosts against the host's trust store and network_upstream_ca.
+    auto authority = net::CertificateAuthority::LoadOrCreate(flags.state_dir + "/egress-ca");
+    if (!authority) Die("the egress CA: " + authority.error().message());
+    auto upstream_tls = net::UpstreamContext(flags.network_upstream_ca);
+    if (!upstream_tls) Die("network_upstream_ca: " + upstream_tls.error().message(), 2);
+    std::shared_ptr<net::CertificateAuthority> ca = std::move(*authority);
+    nc.egress_ca_pem = ca->certificate_pem();
+    nc.server_tls = [ca](const std::string& host) { return ca->ServerContext(host); };
+    nc.upstream_tls = std::move(*upstream_tls);
+    nc.secret_value = [&records = **store, &values = **secrets](
+                          const std::string& sandbox, const std::string& name) -> Result<std::string> {
+      auto record = records.Get(sandbox);
+      if (!record) return std::unexpected(record.error());
+      return values.Value(record->tenant, name);
+    };
     // The proxy's port is in every networked sandbox's HTTP_PROXY: kept across restarts.
     const std::string port_file = flags.state_dir + "/network-proxy-port";
     if (auto text = ReadFileToString(port_file, 16)) {
@@ -302,9 +338,23 @@ int main(int argc, char** argv) {
       spdlog::warn("sandbox networking is off: {}", opened.error().message());
     }
   }
-  daemon::Controller controller(**store, **engines);
+  daemon::Controller controller(**store, **engines, recorder);
+  // The processes started inside sandboxes, on the engines that can tell (process_events).
+  for (const runtime::EngineStatus& e : (*engines)->List()) {
+    if (!e.available || !e.capabilities.process_events) continue;
+    auto engine = (*engines)->Get(e.name);
+    if (!engine) continue;
+    auto watched = (*engine)->WatchProcesses(
+        [&recorder](const std::string& sandbox, const runtime::ProcessEvent& event) {
+          daemon::RecordProcess(recorder, sandbox, event);
+        });
+    if (!watched) spdlog::warn("engine {}: {}", e.name, watched.error().message());
+  }
   controller.SetNetworks(networks.get());
-  controller.SetNetworkEventLog(&network_events);
+  controller.SetSecretValues([&values = **secrets](const std::string& tenant,
+                                                   const std::string& name) {
+    return values.Value(tenant, name);
+  });
   controller.SetImageSources(
       {flags.image_dir.empty() ? flags.state_dir + "/images" : flags.image_dir,
        flags.debian_mirror});
@@ -316,9 +366,12 @@ int main(int argc, char** argv) {
                       recovered->orphans_removed);
   controller.expiry().SetDestroyedRetention(std::chrono::seconds(flags.destroyed_keep_seconds));
   controller.expiry().Start(std::chrono::seconds(1));
+  controller.sampler().Start(std::chrono::milliseconds(flags.metrics_interval_ms),
+                             flags.metrics_keep);
   if (auto st = controller.pools().Configure(flags.pools); !st) Die(st.error().message(), 2);
   controller.pools().StartFiller();
-  daemon::Router router(controller, **store, metrics, /*auth_required=*/!flags.no_auth);
+  daemon::Router router(controller, **store, **secrets, metrics,
+                        /*auth_required=*/!flags.no_auth);
   auto server = daemon::HttpServer::Listen(server_options, router);
   if (!server) Die(server.error().message());
 
@@ -333,6 +386,7 @@ int main(int argc, char** argv) {
   server->reset();
   controller.pools().StopFiller();
   controller.expiry().Stop();
+  controller.sampler().Stop();
   if (flags.on_shutdown == daemon::OnShutdown::kDestroy) {
     controller.DestroyAll();
   } else {

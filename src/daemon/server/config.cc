@@ -153,6 +153,11 @@ Status Config::Set(std::string_view raw_key, std::string_view value) {
     network_uplink = value;
   } else if (key == "network_dns") {
     network_dns = value;
+  } else if (key == "network_upstream_ca") {
+    if (!value.starts_with('/')) {
+      return Fail(ErrorCode::kInvalidArgument, "network_upstream_ca must be an absolute path");
+    }
+    network_upstream_ca = value;
   } else if (key == "network_ipv6") {
     if (value != "auto" && value != "on" && value != "off") {
       return Fail(ErrorCode::kInvalidArgument, "network_ipv6 must be auto, on or off");
@@ -180,6 +185,34 @@ Status Config::Set(std::string_view raw_key, std::string_view value) {
     auto n = ParseIntIn(key, value, 10, 60'000);
     if (!n) return std::unexpected(n.error());
     network_events_flush_ms = *n;
+  } else if (key == "events") {
+    if (value != "on" && value != "off") {
+      return Fail(ErrorCode::kInvalidArgument, "events: expected on or off, got '" + std::string(value) + "'");
+    }
+    events = value == "on";
+  } else if (key == "events_keep") {
+    auto n = ParseIntIn(key, value, 1, 10'000'000);
+    if (!n) return std::unexpected(n.error());
+    events_keep = *n;
+  } else if (key == "events_rate") {
+    auto n = ParseIntIn(key, value, 1, 1'000'000);
+    if (!n) return std::unexpected(n.error());
+    events_rate = *n;
+  } else if (key == "events_burst") {
+    auto n = ParseIntIn(key, value, 1, 1'000'000);
+    if (!n) return std::unexpected(n.error());
+    events_burst = *n;
+  } else if (key == "metrics_interval_ms") {
+    auto n = ParseIntIn(key, value, 0, 3'600'000);
+    if (!n) return std::unexpected(n.error());
+    if (*n > 0 && *n < 100) {
+      return Fail(ErrorCode::kInvalidArgument, "metrics_interval_ms must be 0 (off) or 100 or more");
+    }
+    metrics_interval_ms = *n;
+  } else if (key == "metrics_keep") {
+    auto n = ParseIntIn(key, value, 1, 100'000);
+    if (!n) return std::unexpected(n.error());
+    metrics_keep = *n;
   } else if (key == "destroyed_keep") {
     auto seconds = ParseDuration(key, value);
     if (!seconds) return std::unexpected(seconds.error());

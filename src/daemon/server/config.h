@@ -19,6 +19,8 @@
 //   network_bandwidth_mbps = 1000      # per sandbox, each way; 0: no cap
 //   network_max_connections = 256      # per sandbox, open at once
 //   destroyed_keep = "7d"              # records of destroyed sandboxes; "0": for ever
+//   metrics_interval_ms = 5000         # how often live sandboxes' use is sampled; 0: never
+//   metrics_keep = 720                 # samples kept per sandbox, the newest
 //   default_engine = "jail"            # the engine of a create that names none
 //
 //   [engine.jail]                      # one table per engine: its options (docs/airlockd.md)
@@ -71,6 +73,9 @@ struct Config {
   std::string network_subnet = "10.213.0.0/16";
   std::string network_uplink;
   std::string network_dns;
+  // A file of extra CA certificates the egress proxy trusts, besides the host's store, when it
+  // verifies the hosts secrets go to (docs/design/credentials.md); "": the host's store only.
+  std::string network_upstream_ca;
   // IPv6 for sandboxes: "auto" (when the uplink interface has a global IPv6 address), "on" or
   // "off", and the range their IPv6 addresses come from (a /126 each).
   std::string network_ipv6 = "auto";
@@ -81,7 +86,17 @@ struct Config {
   int network_max_connections = 256;
   int network_warm_links = 4;  // links made ahead, so a networked create starts no process
   int network_events_keep = 10000;  // stored network verdicts per sandbox, the newest
-  int network_events_flush_ms = 250;  // how often queued verdicts are written at most
+  int network_events_flush_ms = 250;  // how often queued events and verdicts are written at most
+  // The flight recorder (docs/design/recorder.md): stored events per sandbox, the newest; and
+  // how many a second one sandbox may record on average, and at once.
+  bool events = true;  // "events = off": no flight recorder (to measure its cost)
+  int events_keep = 100000;
+  int events_rate = 1000;
+  int events_burst = 5000;
+  // Per-sandbox metrics (docs/design/metrics.md): how often every live sandbox's use is sampled
+  // (0: never), and how many samples of each are kept (the newest; 720 = an hour at 5 s).
+  int metrics_interval_ms = 5000;
+  int metrics_keep = 720;
   // Warm pool size per template ("pool.<template> = N", 0..api::kMaxPoolSize). A size set through
   // PUT /v1/pools/{template} is kept in the store and wins over this one.
   std::map<std::string, int> pools;

@@ -25,6 +25,30 @@ store::SandboxLimits ToStoreLimits(const runtime::Limits& limits) {
 
 const SandboxState kRunningOnly[] = {SandboxState::kRunning};
 
+// The data of a sandbox.created event: what it was made of and with, from its record.
+nlohmann::json CreatedData(const SandboxRecord& r, bool from_pool) {
+  nlohmann::json data = {
+      {"engine", r.engine},
+      {"template", r.template_name},
+      {"tenant", r.tenant},
+      {"from_pool", from_pool},
+      {"limits",
+       {{"cpus", r.limits.cpus},
+        {"memory_mb", r.limits.memory_mb},
+        {"pids_max", r.limits.pids_max},
+        {"disk_mb", r.limits.disk_mb}}},
+      {"network", NetworkPolicyOf(r).ToJson().value("mode", "none")},
+      {"metadata", r.metadata},
+  };
+  if (r.expires_at_ms > 0) data["expires_at_ms"] = r.expires_at_ms;
+  nlohmann::json secrets = nlohmann::json::array();
+  for (const net::SecretBinding& b : net::StoredSecretBindings(r.secrets)) {
+    secrets.push_back(b.secret);
+  }
+  if (!secrets.empty()) data["secrets"] = std::move(secrets);
+  return data;
+}
+
 }  // namespace
 
 std::string Controller::EngineName(const std::string& requested,
@@ -75,7 +99,10 @@ PoolService::Lifecycle Controller::PoolLifecycle() {
             return CreateSandbox(request, /*pooled=*/true);
           },
       .finish_destroy = [this](const std::string& id) { return FinishDestroy(id); },
-      .destroy = [this](const std::string& id) { return DestroySandbox(id, /*allow_pooled=*/true); },
+      .destroy =
+          [this](const std::string& id) {
+            return DestroySandbox(id, /*allow_pooled=*/true, kDeleted);
+          },
       .check_template = [this](const std::string& name) { return templates_.Check(name); },
       .detach_network = [this](const std::string& id) { DetachNetwork(id); },
   };
@@ -92,6 +119,7 @@ SandboxMaker Controller::Maker() {
 }
 
 Controller::~Controller() {
+  sampler_.Stop();
   templates_.JoinBuilds();
   pools_.StopFiller();
   expiry_.Stop();
@@ -119,14 +147,52 @@ Status Controller::CheckNetwork(const net::NetworkPolicy& policy) const {
   return networks_->CheckLimits(policy);
 }
 
-Status Controller::CheckAutoHibernate(const api::CreateSandboxRequest& request,
-                                      const std::string& template_engine) {
-  if (request.auto_hibernate_seconds == 0) return {};
+Status Controller::CheckSecrets(const net::NetworkPolicy& policy, const std::string& tenant) const {
+  const std::vector<net::SecretBinding>& secrets = policy.secrets();
+  if (secrets.empty()) return {};
+  if (!networks_ || networks_->config().egress_ca_pem.empty() || !secret_values_) {
+    return Fail(ErrorCode::kUnimplemented,
+                "this airlockd cannot bind secrets (it has no sandbox networking or no egress CA)");
+  }
+  if (policy.mode() != net::NetworkMode::kAllowlist) {
+    return Fail(ErrorCode::kInvalidArgument,
+                "secrets need network mode \"allowlist\": in mode \"" +
+                    std::string(net::ModeName(policy.mode())) +
+                    "\" a sandbox could reach a bound host where the egress proxy does not see it");
+  }
+  for (size_t i = 0; i < secrets.size(); ++i) {
+    const std::string at = "secrets[" + std::to_string(i) + "]";
+    if (auto value = secret_values_(tenant, secrets[i].secret); !value) {
+      return Fail(ErrorCode::kInvalidArgument, at + ".name: " + value.error().message());
+    }
+    for (size_t h = 0; h < secrets[i].hosts.size(); ++h) {
+      const std::string& host = secrets[i].hosts[h];
+      if (net::Verdict v = policy.CheckName(host, 443); !v.allowed) {
+        return Fail(ErrorCode::kInvalidArgument,
+                    at + ".hosts[" + std::to_string(h) + "]: " + host +
+                        " is not allowed on port 443 by this sandbox's network (" + v.reason +
+                        "), so the secret could never reach it");
+      }
+    }
+  }
+  return {};
+}
+
+Status Controller::CheckAutoPause(const api::CreateSandboxRequest& request,
+                                  const std::string& template_engine) {
+  if (request.auto_pause_seconds == 0) return {};
   const std::string name = EngineName(request.engine, template_engine);
   auto engine = engines_.Get(name);
   if (!engine) return std::unexpected(engine.error());
   const runtime::Capabilities& can = (*engine)->capabilities();
-  const char* what = "hibernate a sandbox when it is idle (auto_hibernate_seconds)";
+  if (!request.auto_pause_memory) {
+    if (!can.pause) {
+      return std::unexpected(
+          runtime::Lacks(name, "pause", "pause a sandbox when it is idle (auto_pause)"));
+    }
+    return {};
+  }
+  const char* what = "hibernate a sandbox when it is idle (auto_pause with memory)";
   if (!can.memory_checkpoint) {
     return std::unexpected(runtime::Lacks(name, "memory_checkpoint", what));
   }
@@ -140,9 +206,12 @@ Status Controller::CheckAutoHibernate(const api::CreateSandboxRequest& request,
 Result<SandboxRecord> Controller::Create(const api::CreateSandboxRequest& request) {
   // Refused before a pooled sandbox is claimed for it (the cold path would refuse it too).
   if (auto st = CheckNetwork(request.network); !st) return std::unexpected(st.error());
+  if (auto st = CheckSecrets(request.network, request.tenant); !st) {
+    return std::unexpected(st.error());
+  }
   auto resolved = templates_.Resolve(request);
   if (!resolved) return std::unexpected(resolved.error());
-  if (auto st = CheckAutoHibernate(request, resolved->origin.engine); !st) {
+  if (auto st = CheckAutoPause(request, resolved->origin.engine); !st) {
     return std::unexpected(st.error());
   }
   // What the engine cannot make is refused before a pooled sandbox is claimed for it.
@@ -151,6 +220,7 @@ Result<SandboxRecord> Controller::Create(const api::CreateSandboxRequest& reques
   }
   auto made = [&] {
     if (auto claimed = pools_.Claim(resolved->request, resolved->origin.engine)) {
+      if (*claimed) recorder_.Record((*claimed)->id, "sandbox.created", CreatedData(**claimed, true));
       return std::move(*claimed);
     }
     return CreateSandbox(resolved->request, /*pooled=*/false, &resolved->origin);
@@ -160,12 +230,12 @@ Result<SandboxRecord> Controller::Create(const api::CreateSandboxRequest& reques
     if (auto st = Destroy(made->id); !st) spdlog::error("{}", st.error().message());
     return std::unexpected(started.error());
   }
-  if (request.auto_hibernate_seconds > 0) {
-    made = store_.SetResource(made->id, kAutoHibernate,
-                              std::to_string(request.auto_hibernate_seconds));
+  if (request.auto_pause_seconds > 0) {
+    made = store_.SetResource(made->id, request.auto_pause_memory ? kAutoHibernate : kAutoPause,
+                              std::to_string(request.auto_pause_seconds));
     if (!made) return made;
     if (auto held = sandboxes_.Find(made->id)) {
-      held->auto_hibernate_ms = request.auto_hibernate_seconds * 1000;
+      held->SetAutoPause(made->resources);
       held->Touch();
     }
   }
@@ -207,8 +277,13 @@ Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest&
   record.layers = origin.layers;
   record.tenant = request.tenant;
   if (auto st = CheckNetwork(request.network); !st) return std::unexpected(st.error());
+  if (auto st = CheckSecrets(request.network, request.tenant); !st) {
+    return std::unexpected(st.error());
+  }
   const bool networked = request.network.mode() != net::NetworkMode::kNone;
   if (networked) record.network = request.network.ToJson().dump();
+  const std::vector<net::SecretBinding>& secrets = request.network.secrets();
+  if (!secrets.empty()) record.secrets = net::SecretBindingsToJson(secrets).dump();
   // A pooled sandbox's network namespace must exist before the engine makes it (the jail joins
   // it as it clones), so the pool's sandboxes are made linked but parked; a claim gives them the
   // request's policy or takes the link away (PoolService::Claim).
@@ -217,15 +292,28 @@ Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest&
       networked || (pooled && networks_ != nullptr && origin.memory_image.empty());
   const std::string id = record.id;
   // The record exists before any resource does, so a crash during the create leaves a trace.
-  if (auto inserted = store_.Insert(record); !inserted) {
-    return std::unexpected(inserted.error().Wrap("recording " + id));
+  // Its insert is what makes it count for its tenant: admitted by the tenant's quota (a pooled
+  // one counts for nobody until claimed).
+  auto insert = [&]() -> Result<bool> {
+    if (auto inserted = store_.Insert(record); !inserted) {
+      return std::unexpected(inserted.error().Wrap("recording " + id));
+    }
+    return true;
+  };
+  if (pooled) {
+    if (auto inserted = insert(); !inserted) return std::unexpected(std::move(inserted.error()));
+  } else if (auto admitted = quotas_.Admit(record.tenant, record.limits, insert); !admitted) {
+    return std::unexpected(std::move(admitted.error()));
   }
   auto fail = [&](Error error) -> Result<SandboxRecord> {
     if (linked) DetachNetwork(id);
     if (pooled) {
       Discard(id);
-    } else if (auto marked = store_.MarkFailed(id, error.message()); !marked) {
-      spdlog::error("marking {} failed: {}", id, marked.error().message());
+    } else {
+      recorder_.Record(id, "sandbox.failed", {{"error", error.message()}, {"during", "create"}});
+      if (auto marked = store_.MarkFailed(id, error.message()); !marked) {
+        spdlog::error("marking {} failed: {}", id, marked.error().message());
+      }
     }
     return std::unexpected(std::move(error));  // the engine's messages name the id already
   };
@@ -262,8 +350,15 @@ Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest&
   // A restored agent has the env of the sandbox its image was saved from: this one's commands
   // carry the sandbox's own (as a claimed pooled sandbox's do).
   const bool env_per_command = !origin.memory_image.empty();
-  sandboxes_.Hold(id, &engine, env_per_command ? record.env : std::vector<std::string>{},
-                  origin.workdir, std::move(*client));
+  std::shared_ptr<HeldSandbox> held =
+      sandboxes_.Hold(id, &engine, env_per_command ? record.env : std::vector<std::string>{},
+                      origin.workdir, std::move(*client));
+  if (!secrets.empty()) {
+    held->SetSecretEnv(net::SecretEnv(secrets));
+    if (auto st = sandboxes_.TrustEgressCa(id, held, networks_->config().egress_ca_pem); !st) {
+      return destroy_and_fail(st.error().Wrap("installing the egress CA"));
+    }
+  }
   // One commit records what the engine made (for recovery) and the running state. A crash
   // before it leaves the record creating, which the next start destroys by id.
   const SandboxState from[] = {SandboxState::kCreating};
@@ -280,10 +375,20 @@ Result<SandboxRecord> Controller::CreateSandbox(const api::CreateSandboxRequest&
   });
   if (!running) return destroy_and_fail(std::move(running.error()));
   spdlog::info("created {}{} on the {} engine", id, pooled ? " for the pool" : "", engine.name());
+  // A pooled sandbox's life on record starts when a create claims it.
+  if (!pooled) recorder_.Record(id, "sandbox.created", CreatedData(*running, false));
   return running;
 }
 
 Result<SandboxRecord> Controller::Get(const std::string& id) { return sandboxes_.Visible(id); }
+
+Result<SandboxRecord> Controller::Describe(const std::string& id) {
+  auto record = store_.Get(id);
+  if ((record && record->pooled) || (!record && record.error().code() == ErrorCode::kNotFound)) {
+    return std::unexpected(SandboxNotFound(id));
+  }
+  return record;
+}
 
 Result<std::vector<SandboxRecord>> Controller::List(const api::ListFilter& filter) {
   store::ListFilter query;
@@ -310,25 +415,101 @@ Result<SandboxRecord> Controller::Patch(const std::string& id,
   if (!record) return record;
   api::Metadata metadata = record->metadata;
   if (auto st = request.ApplyMetadata(metadata); !st) return std::unexpected(st.error());
-  if (request.network) {  // refused before anything changes
-    if (auto st = CheckNetwork(*request.network); !st) return std::unexpected(st.error());
+  // The policy from now on, with the secrets bound (the request's, or those it had; a secret
+  // bound before keeps its placeholder), refused before anything changes.
+  std::optional<net::NetworkPolicy> policy;
+  const std::vector<net::SecretBinding> had = net::StoredSecretBindings(record->secrets);
+  if (request.network || request.secrets) {
+    policy = request.network ? *request.network : NetworkPolicyOf(*record);
+    std::vector<net::SecretBinding> bound = request.secrets ? *request.secrets : had;
+    for (net::SecretBinding& b : bound) {
+      for (const net::SecretBinding& old : had) {
+        if (old.secret == b.secret) b.placeholder = old.placeholder;
+      }
+    }
+    policy->SetSecrets(std::move(bound));
+    if (auto st = CheckNetwork(*policy); !st) return std::unexpected(st.error());
+    if (auto st = CheckSecrets(*policy, record->tenant); !st) return std::unexpected(st.error());
+  }
+  // The limits first: the one change the engine may refuse (its capability, the memory in use)
+  // or the quota (429); nothing else has changed then.
+  if (request.limits) {
+    record = ChangeLimits(*record, *request.limits);
+    if (!record) return record;
   }
   if (request.ttl_seconds) {
     record = store_.UpdateTtl(id, UnixNowMs() + *request.ttl_seconds * 1000);
     if (!record) return record;
   }
   if (!request.metadata.empty()) record = store_.UpdateMetadata(id, std::move(metadata));
-  if (record && request.network) {
+  nlohmann::json changed = nlohmann::json::object();
+  if (request.ttl_seconds) changed["ttl_seconds"] = *request.ttl_seconds;
+  if (request.limits && record) {
+    changed["limits"] = {{"cpus", record->limits.cpus},
+                         {"memory_mb", record->limits.memory_mb},
+                         {"pids_max", record->limits.pids_max}};
+  }
+  if (!request.metadata.empty()) {
+    nlohmann::json keys = nlohmann::json::array();
+    for (const auto& [key, value] : request.metadata) keys.push_back(key);
+    changed["metadata"] = std::move(keys);
+  }
+  if (record && policy) {
     // The sandbox's namespace was made (or not) at create: a sandbox without one stays without.
     if (!networks_ || !record->resources.contains(kNetSlot)) {
       return Fail(ErrorCode::kFailedPrecondition,
                   "sandbox " + id + " was created with network mode \"none\"; its network cannot "
                   "be changed (create it with a network mode to change its policy later)");
     }
-    if (auto st = networks_->Update(id, *request.network); !st) return std::unexpected(st.error());
-    record = store_.UpdateNetwork(id, request.network->ToJson().dump());
+    const std::vector<net::SecretBinding>& bound = policy->secrets();
+    std::shared_ptr<HeldSandbox> held = sandboxes_.Find(id);
+    if (!bound.empty() && had.empty()) {
+      if (!held) return Fail(ErrorCode::kFailedPrecondition, "sandbox " + id + " is not held here");
+      if (auto st = sandboxes_.TrustEgressCa(id, held, networks_->config().egress_ca_pem); !st) {
+        return std::unexpected(st.error().Wrap("installing the egress CA"));
+      }
+    }
+    if (auto st = networks_->Update(id, *policy); !st) return std::unexpected(st.error());
+    if (held) held->SetSecretEnv(net::SecretEnv(bound));
+    record = store_.UpdateNetwork(id, policy->ToJson().dump(),
+                                  bound.empty() ? "" : net::SecretBindingsToJson(bound).dump());
+    changed["network"] = policy->ToJson().value("mode", "none");
+    nlohmann::json names = nlohmann::json::array();
+    for (const net::SecretBinding& b : bound) names.push_back(b.secret);
+    changed["secrets"] = std::move(names);
   }
+  if (record) recorder_.Record(id, "sandbox.updated", std::move(changed));
   return record;
+}
+
+Result<SandboxRecord> Controller::ChangeLimits(const SandboxRecord& record,
+                                               const api::LimitsPatch& patch) {
+  const std::string& id = record.id;
+  const SandboxState live_states[] = {SandboxState::kRunning, SandboxState::kPaused};
+  auto held = LockHeld(id, live_states);
+  if (!held) return std::unexpected(held.error());
+  runtime::Engine& engine = *held->live->engine;
+  if (!engine.capabilities().live_limits) {
+    return std::unexpected(
+        runtime::Lacks(engine.name(), "live_limits", "change the limits of a live sandbox"));
+  }
+  // The record as it is under the lifecycle lock (another change may have come first).
+  auto current = store_.Get(id);
+  if (!current) return current;
+  runtime::Limits limits = patch.Over(LimitsOf(*current));
+  const store::SandboxLimits to = ToStoreLimits(limits);
+  Result<SandboxRecord> changed = std::unexpected(Error(ErrorCode::kInternal, "not changed"));
+  auto applied = quotas_.Change(current->tenant, current->limits, to, [&]() -> Status {
+    if (auto st = engine.UpdateLimits(id, limits); !st) {
+      return std::unexpected(st.error().Wrap("changing the limits of " + id));
+    }
+    changed = store_.UpdateLimits(id, to);
+    if (!changed) return std::unexpected(changed.error());
+    return {};
+  });
+  if (!applied) return std::unexpected(std::move(applied.error()));
+  spdlog::info("limits of {}: {} cpus, {} MiB, {} pids", id, to.cpus, to.memory_mb, to.pids_max);
+  return changed;
 }
 
 void Controller::DetachNetwork(const std::string& id) {
@@ -336,22 +517,26 @@ void Controller::DetachNetwork(const std::string& id) {
   if (auto st = networks_->Detach(id); !st) spdlog::error("{}", st.error().message());
 }
 
+Result<store::EventPage> Controller::Events(const std::string& id, const api::EventsQuery& query) {
+  // Readable after the destroy too (an audit usually comes then), until the record is purged.
+  if (auto record = Describe(id); !record) return std::unexpected(record.error());
+  // What is queued is older than this call: the reader sees it. A failed write is counted as
+  // dropped and said in the log; the page is still served.
+  if (auto st = recorder_.Flush(); !st) spdlog::error("storing events: {}", st.error().message());
+  return store_.Events(id, query.after, query.types, query.limit);
+}
+
 Result<store::NetworkEventPage> Controller::NetworkEvents(const std::string& id,
                                                           const api::NetworkEventsQuery& query) {
-  // Readable after the destroy too (an audit usually comes then), until the record is purged.
-  auto record = store_.Get(id);
-  if ((record && record->pooled) || (!record && record.error().code() == ErrorCode::kNotFound)) {
-    return std::unexpected(SandboxNotFound(id));
-  }
-  if (!record) return std::unexpected(record.error());
-  if (network_events_) {
-    // What is queued is older than this call: the reader sees it. A failed write is counted
-    // as dropped and said in the log; the page is still served.
-    if (auto st = network_events_->Flush(); !st) {
-      spdlog::error("storing network verdicts: {}", st.error().message());
-    }
-  }
+  if (auto record = Describe(id); !record) return std::unexpected(record.error());
+  if (auto st = recorder_.Flush(); !st) spdlog::error("storing events: {}", st.error().message());
   return store_.NetworkEvents(id, query.after, query.limit);
+}
+
+Result<store::MetricPage> Controller::Metrics(const std::string& id,
+                                              const api::MetricsQuery& query) {
+  if (auto record = Describe(id); !record) return std::unexpected(record.error());
+  return store_.Metrics(id, query.start_ms, query.end_ms, query.limit);
 }
 
 Status Controller::FinishDestroy(const std::string& id) {
@@ -359,6 +544,8 @@ Status Controller::FinishDestroy(const std::string& id) {
   auto engine = sandboxes_.EngineOf(id);
   if (!engine) return std::unexpected(engine.error().Wrap("destroying " + id));
   if (auto st = (*engine)->Destroy(id); !st) {
+    recorder_.Record(id, "sandbox.failed",
+                     {{"error", st.error().message()}, {"during", "destroy"}});
     if (auto marked = store_.MarkFailed(id, st.error().message()); !marked) {
       spdlog::error("marking {} failed: {}", id, marked.error().message());
     }
@@ -366,8 +553,16 @@ Status Controller::FinishDestroy(const std::string& id) {
   }
   sandboxes_.Release(id);  // commands still running see their channels close
   DetachNetwork(id);
+  // The event is queued before the state is committed: a reader that sees the sandbox
+  // destroyed (a follower of its log ends then) flushes the recorder and finds it.
   const SandboxState from[] = {SandboxState::kDestroying};
-  auto done = store_.Transition(id, from, SandboxState::kDestroyed);
+  auto done = store_.Transition(id, from, SandboxState::kDestroyed, [&](SandboxRecord& r) {
+    nlohmann::json data = nlohmann::json::object();
+    if (auto reason = r.resources.find(kEndReason); reason != r.resources.end()) {
+      data["reason"] = reason->second;
+    }
+    recorder_.Record(id, "sandbox.destroyed", std::move(data));
+  });
   if (!done) return std::unexpected(done.error().Wrap("recording the destroy of " + id));
   spdlog::info("destroyed {}", id);
   // A fork's snapshot belongs to no template: its last sandbox out takes it along.
@@ -375,9 +570,12 @@ Status Controller::FinishDestroy(const std::string& id) {
   return {};
 }
 
-Status Controller::Destroy(const std::string& id) { return DestroySandbox(id, false); }
+Status Controller::Destroy(const std::string& id, std::string_view reason) {
+  return DestroySandbox(id, false, reason);
+}
 
-Status Controller::DestroySandbox(const std::string& id, bool allow_pooled) {
+Status Controller::DestroySandbox(const std::string& id, bool allow_pooled,
+                                  std::string_view reason) {
   std::shared_ptr<HeldSandbox> live = sandboxes_.Find(id);
   std::unique_lock<std::mutex> lock;
   if (live) lock = std::unique_lock(live->lifecycle_mu);
@@ -386,9 +584,11 @@ Status Controller::DestroySandbox(const std::string& id, bool allow_pooled) {
   }
   const SandboxState from[] = {SandboxState::kRunning, SandboxState::kPaused,
                                SandboxState::kHibernated, SandboxState::kFailed};
-  if (auto moved = store_.Transition(id, from, SandboxState::kDestroying); !moved) {
-    return std::unexpected(moved.error());
-  }
+  auto moved = store_.Transition(id, from, SandboxState::kDestroying, [&](SandboxRecord& r) {
+    r.resources[kEndReason] = std::string(reason);
+  });
+  if (!moved) return std::unexpected(moved.error());
+  recorder_.Record(id, "sandbox." + std::string(reason));
   return FinishDestroy(id);
 }
 
@@ -407,7 +607,13 @@ Result<Controller::Locked> Controller::LockHeld(const std::string& id,
   return held;
 }
 
-Result<SandboxRecord> Controller::Pause(const std::string& id) {
+Result<SandboxRecord> Controller::Pause(const std::string& id) { return DoPause(id, false); }
+
+Result<SandboxRecord> Controller::Hibernate(const std::string& id) {
+  return DoHibernate(id, false);
+}
+
+Result<SandboxRecord> Controller::DoPause(const std::string& id, bool idle) {
   auto held = LockHeld(id, kRunningOnly);
   if (!held) return std::unexpected(held.error());
   runtime::Engine& engine = *held->live->engine;
@@ -417,10 +623,14 @@ Result<SandboxRecord> Controller::Pause(const std::string& id) {
   if (auto st = engine.Pause(id); !st) {
     return std::unexpected(st.error().Wrap("pausing " + id));
   }
-  return store_.Transition(id, kRunningOnly, SandboxState::kPaused);
+  auto paused = store_.Transition(id, kRunningOnly, SandboxState::kPaused, [&](SandboxRecord& r) {
+    if (idle) r.resources[kAutoPaused] = "1";
+  });
+  if (paused) recorder_.Record(id, "sandbox.paused", idle ? nlohmann::json{{"auto", true}} : nlohmann::json::object());
+  return paused;
 }
 
-Result<SandboxRecord> Controller::Hibernate(const std::string& id) {
+Result<SandboxRecord> Controller::DoHibernate(const std::string& id, bool idle) {
   auto held = LockHeld(id, kRunningOnly);
   if (!held) return std::unexpected(held.error());
   HeldSandbox* live = held->live.get();
@@ -434,6 +644,7 @@ Result<SandboxRecord> Controller::Hibernate(const std::string& id) {
   if (!saved) {
     Error error = saved.error().Wrap("hibernating " + id);
     if (auto alive = engine.Alive(id); !alive) {
+      recorder_.Record(id, "sandbox.failed", {{"error", error.message()}, {"during", "hibernate"}});
       if (auto marked = store_.MarkFailed(id, error.message(), kRunningOnly); !marked) {
         spdlog::error("marking {} failed: {}", id, marked.error().message());
       }
@@ -441,33 +652,55 @@ Result<SandboxRecord> Controller::Hibernate(const std::string& id) {
     return std::unexpected(std::move(error));
   }
   spdlog::info("hibernated {} ({} bytes of memory image)", id, saved->image_bytes);
-  return store_.Transition(id, kRunningOnly, SandboxState::kHibernated, [&](SandboxRecord& r) {
-    r.engine_state = saved->engine_state;
-    r.resources[kMemoryImageBytes] = std::to_string(saved->image_bytes);
-  });
+  auto hibernated =
+      store_.Transition(id, kRunningOnly, SandboxState::kHibernated, [&](SandboxRecord& r) {
+        r.engine_state = saved->engine_state;
+        r.resources[kMemoryImageBytes] = std::to_string(saved->image_bytes);
+        if (idle) r.resources[kAutoPaused] = "1";
+      });
+  if (hibernated) {
+    nlohmann::json data = {{"image_bytes", saved->image_bytes}};
+    if (idle) data["auto"] = true;
+    recorder_.Record(id, "sandbox.hibernated", std::move(data));
+  }
+  return hibernated;
 }
 
-int Controller::HibernateIdle() {
+int Controller::PauseIdle() {
   const int64_t now = SteadyNowMs();
-  int hibernated = 0;
+  int paused = 0;
   for (const std::string& id : sandboxes_.Ids()) {
     std::shared_ptr<HeldSandbox> held = sandboxes_.Find(id);
     if (!held) continue;
-    const int64_t after = held->auto_hibernate_ms;
+    // Idle: no channel on loan (a command in the foreground, a transfer, a WebSocket session
+    // holds one) and none returned for `after`. Background processes do not keep it awake.
+    const int64_t after = held->auto_pause_ms;
     if (after <= 0 || held->in_use > 0 || now - held->last_used_ms < after) continue;
     auto record = store_.Get(id);
     if (!record || record->state != SandboxState::kRunning || record->pooled) continue;
-    if (auto done = Hibernate(id); !done) {
+    const bool memory = held->auto_pause_memory;
+    auto done = memory ? DoHibernate(id, /*idle=*/true) : DoPause(id, /*idle=*/true);
+    if (!done) {
       // Busy now (a call in progress), or it cannot be saved: the next sweep tries again a
       // period later, not at once.
       held->Touch();
-      spdlog::warn("auto-hibernate: {}", done.error().message());
+      spdlog::warn("auto-pause: {}", done.error().message());
       continue;
     }
-    spdlog::info("auto-hibernate: {} was idle for {} s", id, after / 1000);
-    ++hibernated;
+    if (!memory && held->in_use > 0) {
+      // A call took a channel between the check above and the pause: it must not find the
+      // sandbox frozen (Acquire looks again after its loan too, so one of the two sees it).
+      if (auto resumed = Resume(id); !resumed) {
+        spdlog::warn("auto-pause: resuming {}: {}", id, resumed.error().message());
+      }
+      continue;
+    }
+    // The pause was recorded by DoPause / DoHibernate ("auto": true).
+    spdlog::info("auto-pause: {} was idle for {} s and is {}", id, after / 1000,
+                 memory ? "hibernated" : "paused");
+    ++paused;
   }
-  return hibernated;
+  return paused;
 }
 
 Result<SandboxRecord> Controller::Resume(const std::string& id) {
@@ -479,13 +712,18 @@ Result<SandboxRecord> Controller::Resume(const std::string& id) {
     if (auto st = live->engine->Resume(id); !st) {
       return std::unexpected(st.error().Wrap("resuming " + id));
     }
-    return store_.Transition(id, from, SandboxState::kRunning);
+    live->Touch();  // an auto-pause counts its idle time from the resume
+    auto resumed = store_.Transition(id, from, SandboxState::kRunning,
+                                     [](SandboxRecord& r) { r.resources.erase(kAutoPaused); });
+    if (resumed) recorder_.Record(id, "sandbox.resumed", {{"from", "paused"}});
+    return resumed;
   }
   // Restored from its memory image; a restore that fails leaves nothing running and the
   // sandbox failed with the reason (a delete removes the rest).
   const SandboxState hibernated[] = {SandboxState::kHibernated};
   auto fail = [&](Error error) -> Result<SandboxRecord> {
     error = std::move(error).Wrap("resuming " + id);
+    recorder_.Record(id, "sandbox.failed", {{"error", error.message()}, {"during", "resume"}});
     if (auto marked = store_.MarkFailed(id, error.message(), hibernated); !marked) {
       spdlog::error("marking {} failed: {}", id, marked.error().message());
     }
@@ -499,18 +737,22 @@ Result<SandboxRecord> Controller::Resume(const std::string& id) {
   live->AddIdle(std::move(*client));
   live->Touch();  // an auto-hibernate counts its idle time from the wake
   spdlog::info("resumed {} from its memory image", id);
-  return store_.Transition(id, hibernated, SandboxState::kRunning, [&](SandboxRecord& r) {
+  auto resumed = store_.Transition(id, hibernated, SandboxState::kRunning, [&](SandboxRecord& r) {
     r.engine_state = (*woke)->info().engine_state;
     r.resources.erase(kMemoryImageBytes);
+    r.resources.erase(kAutoPaused);
   });
+  if (resumed) recorder_.Record(id, "sandbox.resumed", {{"from", "hibernated"}});
+  return resumed;
 }
 
 void Controller::DestroyAll() {
+  sampler_.Stop();
   pools_.StopFiller();
   expiry_.Stop();
   templates_.JoinBuilds();
   for (const std::string& id : sandboxes_.Ids()) {
-    if (auto st = DestroySandbox(id, /*allow_pooled=*/true); !st) {
+    if (auto st = DestroySandbox(id, /*allow_pooled=*/true, kDeleted); !st) {
       spdlog::error("shutdown: {}", st.error().message());
     }
   }

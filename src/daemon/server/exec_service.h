@@ -96,6 +96,8 @@ class ExecService {
   // Exec's and StartExec's mapping of an error of the agent about the command.
   Error ExecError(const std::string& id, Error error);
   Error ProcessError(const std::string& id, int32_t pid, Error error);
+  // Records the end of a background command started here, the first time a call sees it.
+  void NoteEnd(const std::string& id, const protocol::ProcessInfo& info);
   // The entry for `pid` from the agent's table (kNotFound if it has none).
   Result<protocol::ProcessInfo> FindProcess(const std::string& id, AgentChannel& channel,
                                             int32_t pid);

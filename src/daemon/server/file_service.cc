@@ -3,6 +3,7 @@
 #include <chrono>
 #include <utility>
 
+#include "common/sha256.h"
 #include "runtime/guest.h"
 
 namespace airlock::daemon {
@@ -20,9 +21,37 @@ std::string Resolve(const std::string& path) {
   return path.starts_with('/') ? path : std::string(runtime::guest::kHome) + "/" + path;
 }
 
+// The data of a file event about `path`, with what went through the API (size and SHA-256,
+// never the bytes).
+nlohmann::json FileData(const std::string& path, std::optional<std::string_view> bytes = {}) {
+  nlohmann::json data = {{"path", path}};
+  if (bytes) {
+    data["size"] = bytes->size();
+    data["sha256"] = Sha256::Of(*bytes);
+  }
+  return data;
+}
+
 }  // namespace
 
+template <typename T>
+Result<T> FileService::Recorded(const std::string& id, std::string type, nlohmann::json data,
+                                Result<T> outcome) {
+  // A call on a sandbox this daemon does not hold (destroyed, failed, unknown) did nothing to it.
+  if (!sandboxes_.Find(id)) return outcome;
+  if (!outcome) data["error"] = outcome.error().message();
+  sandboxes_.recorder().Record(id, std::move(type), std::move(data));
+  return outcome;
+}
+
 Result<std::string> FileService::ReadFile(const std::string& id, const api::FileQuery& query) {
+  auto data = Read(id, query);
+  const std::string path = Resolve(query.path);
+  nlohmann::json event = data ? FileData(path, *data) : FileData(path);  // before data moves
+  return Recorded(id, "file.read", std::move(event), std::move(data));
+}
+
+Result<std::string> FileService::Read(const std::string& id, const api::FileQuery& query) {
   auto channel = sandboxes_.Acquire(id);
   if (!channel) return std::unexpected(channel.error());
   const std::string path = Resolve(query.path);
@@ -51,6 +80,11 @@ Result<std::string> FileService::ReadFile(const std::string& id, const api::File
 Result<protocol::FileInfo> FileService::WriteFile(const std::string& id,
                                                   const api::FileQuery& query,
                                                   std::string_view data) {
+  return Recorded(id, "file.write", FileData(Resolve(query.path), data), Write(id, query, data));
+}
+
+Result<protocol::FileInfo> FileService::Write(const std::string& id, const api::FileQuery& query,
+                                              std::string_view data) {
   auto channel = sandboxes_.Acquire(id);
   if (!channel) return std::unexpected(channel.error());
   const std::string path = Resolve(query.path);
@@ -71,14 +105,19 @@ Result<protocol::FileInfo> FileService::Describe(const std::string& id, AgentCha
 }
 
 Status FileService::DeleteFile(const std::string& id, const api::FileQuery& query) {
-  auto channel = sandboxes_.Acquire(id);
-  if (!channel) return std::unexpected(channel.error());
-  (*channel)->set_receive_timeout(std::chrono::minutes(5));
-  if (auto removed = (*channel)->Remove(Resolve(query.path), query.recursive); !removed) {
-    return std::unexpected(sandboxes_.Explain(id, std::move(removed.error())));
-  }
-  channel->Keep();
-  return {};
+  nlohmann::json data = FileData(Resolve(query.path));
+  if (query.recursive) data["recursive"] = true;
+  auto deleted = [&]() -> Status {
+    auto channel = sandboxes_.Acquire(id);
+    if (!channel) return std::unexpected(channel.error());
+    (*channel)->set_receive_timeout(std::chrono::minutes(5));
+    if (auto removed = (*channel)->Remove(Resolve(query.path), query.recursive); !removed) {
+      return std::unexpected(sandboxes_.Explain(id, std::move(removed.error())));
+    }
+    channel->Keep();
+    return {};
+  }();
+  return Recorded(id, "file.delete", std::move(data), std::move(deleted));
 }
 
 Result<std::vector<protocol::FileInfo>> FileService::ListFiles(const std::string& id,
@@ -88,6 +127,9 @@ Result<std::vector<protocol::FileInfo>> FileService::ListFiles(const std::string
   auto entries = (*channel)->List(Resolve(query.path));
   if (!entries) return std::unexpected(sandboxes_.Explain(id, std::move(entries.error())));
   channel->Keep();
+  nlohmann::json data = FileData(Resolve(query.path));
+  data["entries"] = entries->size();
+  sandboxes_.recorder().Record(id, "file.list", std::move(data));
   return entries;
 }
 
@@ -97,9 +139,10 @@ Result<protocol::FileInfo> FileService::MakeDirectory(const std::string& id,
   if (!channel) return std::unexpected(channel.error());
   const std::string path = Resolve(query.path);
   if (auto st = (*channel)->Mkdir(path, query.mode.value_or(0755), query.parents); !st) {
-    return std::unexpected(sandboxes_.Explain(id, std::move(st.error())));
+    return Recorded<protocol::FileInfo>(id, "file.mkdir", FileData(path),
+                                        std::unexpected(sandboxes_.Explain(id, std::move(st.error()))));
   }
-  return Describe(id, *channel, path);
+  return Recorded(id, "file.mkdir", FileData(path), Describe(id, *channel, path));
 }
 
 Result<protocol::ExecResult> FileService::RunTar(const std::string& id, AgentChannel& channel,
@@ -120,6 +163,13 @@ Result<protocol::ExecResult> FileService::RunTar(const std::string& id, AgentCha
 }
 
 Result<std::string> FileService::ReadTar(const std::string& id, const api::FileQuery& query) {
+  auto tar = MakeTar(id, query);
+  const std::string path = Resolve(query.path);
+  nlohmann::json event = tar ? FileData(path, *tar) : FileData(path);  // before tar moves
+  return Recorded(id, "tar.read", std::move(event), std::move(tar));
+}
+
+Result<std::string> FileService::MakeTar(const std::string& id, const api::FileQuery& query) {
   auto channel = sandboxes_.Acquire(id);
   if (!channel) return std::unexpected(channel.error());
   const std::string path = Resolve(query.path);
@@ -148,6 +198,11 @@ Result<std::string> FileService::ReadTar(const std::string& id, const api::FileQ
 
 Status FileService::WriteTar(const std::string& id, const api::FileQuery& query,
                              std::string_view tar) {
+  return Recorded(id, "tar.write", FileData(Resolve(query.path), tar), Unpack(id, query, tar));
+}
+
+Status FileService::Unpack(const std::string& id, const api::FileQuery& query,
+                           std::string_view tar) {
   auto channel = sandboxes_.Acquire(id);
   if (!channel) return std::unexpected(channel.error());
   const std::string path = Resolve(query.path);

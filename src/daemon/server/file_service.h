@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/error.h"
 #include "daemon/api/types.h"
 #include "daemon/server/sandbox_table.h"
@@ -36,6 +38,16 @@ class FileService {
                                 std::string_view tar);
 
  private:
+  // What the public methods do; they record it (docs/design/recorder.md).
+  Result<std::string> Read(const std::string& id, const api::FileQuery& query);
+  Result<protocol::FileInfo> Write(const std::string& id, const api::FileQuery& query,
+                                   std::string_view data);
+  Result<std::string> MakeTar(const std::string& id, const api::FileQuery& query);
+  Status Unpack(const std::string& id, const api::FileQuery& query, std::string_view tar);
+  // Records a `type` event with `data` (and the error, if `outcome` is one); returns `outcome`.
+  template <typename T>
+  Result<T> Recorded(const std::string& id, std::string type, nlohmann::json data,
+                     Result<T> outcome);
   // Runs tar (ReadTar, WriteTar) in the sandbox; a template without tar is kUnimplemented.
   Result<protocol::ExecResult> RunTar(const std::string& id, AgentChannel& channel,
                                       const protocol::Exec& exec, std::string_view stdin_data);

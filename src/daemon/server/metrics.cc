@@ -68,6 +68,85 @@ std::string RenderVerdictMetrics(const VerdictCounts& counts) {
   return out;
 }
 
+std::string RenderRecorderMetrics(uint64_t recorded, uint64_t dropped) {
+  return "# HELP airlock_events_recorded_total Flight recorder events queued for the store.\n"
+         "# TYPE airlock_events_recorded_total counter\n"
+         "airlock_events_recorded_total " + std::to_string(recorded) + "\n" +
+         "# HELP airlock_events_dropped_total Flight recorder events that never reached the "
+         "store (over a sandbox's rate, a full queue, a failed write).\n"
+         "# TYPE airlock_events_dropped_total counter\n"
+         "airlock_events_dropped_total " + std::to_string(dropped) + "\n";
+}
+
+std::string RenderSecretMetrics(int64_t stored) {
+  return "# HELP airlock_secrets Secrets stored, every tenant's.\n"
+         "# TYPE airlock_secrets gauge\n"
+         "airlock_secrets " +
+         std::to_string(stored) + "\n";
+}
+
+std::string RenderUsageMetrics(const UsageTotals& totals) {
+  std::string out;
+  const std::pair<const char*, const std::map<std::string, UsageGroup>*> groups[] = {
+      {"engine", &totals.by_engine}, {"tenant", &totals.by_tenant}};
+  auto family = [&](const char* name, const char* type, const char* help, auto value) {
+    out += std::string("# HELP ") + name + " " + help + "\n";
+    out += std::string("# TYPE ") + name + " " + type + "\n";
+    for (const auto& [label, by] : groups) {
+      for (const auto& [key, g] : *by) value(std::string(label) + "=\"" + key + "\"", g);
+    }
+  };
+  auto line = [&](const char* name, const std::string& labels, const std::string& v) {
+    out += std::string(name) + "{" + labels + "} " + v + "\n";
+  };
+  family("airlock_usage_sandboxes", "gauge",
+         "Live sandboxes by state at the last sampling pass, per engine and per tenant.",
+         [&](const std::string& l, const UsageGroup& g) {
+           for (const auto& [state, n] : g.sandboxes) {
+             line("airlock_usage_sandboxes", l + ",state=\"" + state + "\"", std::to_string(n));
+           }
+         });
+  family("airlock_usage_cpu_seconds_total", "counter",
+         "CPU time sandboxes used while sampled since the daemon started.",
+         [&](const std::string& l, const UsageGroup& g) {
+           line("airlock_usage_cpu_seconds_total", l, Number(g.cpu_seconds_total));
+         });
+  family("airlock_usage_cpu_cores", "gauge", "Cores sandboxes used at the last sampling pass.",
+         [&](const std::string& l, const UsageGroup& g) {
+           line("airlock_usage_cpu_cores", l, Number(g.cpu_cores));
+         });
+  family("airlock_usage_memory_bytes", "gauge", "Memory charged to live sandboxes.",
+         [&](const std::string& l, const UsageGroup& g) {
+           line("airlock_usage_memory_bytes", l, std::to_string(g.memory_bytes));
+         });
+  family("airlock_usage_pids", "gauge", "Processes and threads in live sandboxes.",
+         [&](const std::string& l, const UsageGroup& g) {
+           line("airlock_usage_pids", l, std::to_string(g.pids));
+         });
+  family("airlock_usage_disk_bytes", "gauge", "Bytes used in live sandboxes' writable layers.",
+         [&](const std::string& l, const UsageGroup& g) {
+           line("airlock_usage_disk_bytes", l, std::to_string(g.disk_bytes));
+         });
+  family("airlock_usage_network_bytes_total", "counter",
+         "Bytes sandboxes received (rx) and sent (tx) through their networks while sampled.",
+         [&](const std::string& l, const UsageGroup& g) {
+           line("airlock_usage_network_bytes_total", l + ",direction=\"rx\"",
+                std::to_string(g.net_rx_bytes_total));
+           line("airlock_usage_network_bytes_total", l + ",direction=\"tx\"",
+                std::to_string(g.net_tx_bytes_total));
+         });
+  out += "# HELP airlock_metrics_sampling_passes_total Sampling passes over the live sandboxes.\n";
+  out += "# TYPE airlock_metrics_sampling_passes_total counter\n";
+  out += "airlock_metrics_sampling_passes_total " + std::to_string(totals.passes) + "\n";
+  out += "# HELP airlock_metrics_sampling_seconds_total Time spent in sampling passes.\n";
+  out += "# TYPE airlock_metrics_sampling_seconds_total counter\n";
+  out += "airlock_metrics_sampling_seconds_total " + Number(totals.pass_seconds_total) + "\n";
+  out += "# HELP airlock_metrics_samples_total Samples written to the store.\n";
+  out += "# TYPE airlock_metrics_samples_total counter\n";
+  out += "airlock_metrics_samples_total " + std::to_string(totals.samples_total) + "\n";
+  return out;
+}
+
 void Histogram::Observe(std::chrono::nanoseconds elapsed) {
   const double seconds = std::chrono::duration<double>(elapsed).count();
   size_t i = 0;

@@ -50,7 +50,7 @@ struct PoolStats {
 // airlock_pool_size, airlock_pool_ready and airlock_pool_claims_total, per template.
 std::string RenderPoolMetrics(const std::vector<PoolStats>& pools);
 
-// What the network verdict log (network_event_log.h) has taken since start.
+// What the network verdict log (recorder.h) has taken since start.
 struct VerdictCounts {
   uint64_t allowed = 0, denied = 0, closed = 0;  // queued for the store, by verdict
   uint64_t dropped = 0;  // never stored: the queue was full or the write failed
@@ -58,6 +58,34 @@ struct VerdictCounts {
 
 // airlock_network_verdicts_total (by verdict) and airlock_network_verdicts_dropped_total.
 std::string RenderVerdictMetrics(const VerdictCounts& counts);
+
+// airlock_events_recorded_total and airlock_events_dropped_total (the flight recorder).
+std::string RenderRecorderMetrics(uint64_t recorded, uint64_t dropped);
+
+// airlock_secrets: how many secrets are stored, every tenant's (never a name or a value).
+std::string RenderSecretMetrics(int64_t stored);
+
+// Totals over a group of sandboxes (one engine's, one tenant's), for /metrics.
+struct UsageGroup {
+  std::map<std::string, int64_t> sandboxes;  // by state: running, paused, hibernated
+  double cpu_seconds_total = 0;  // counter: CPU time used while sampled, since the daemon started
+  double cpu_cores = 0;          // gauge: cores in use at the last pass
+  int64_t memory_bytes = 0, pids = 0, disk_bytes = 0;  // gauges: the last pass's sums
+  uint64_t net_rx_bytes_total = 0, net_tx_bytes_total = 0;  // counters, as cpu_seconds_total
+};
+
+struct UsageTotals {
+  std::map<std::string, UsageGroup> by_engine, by_tenant;
+  uint64_t passes = 0;                 // since start
+  double pass_seconds_total = 0;       // time spent in passes
+  uint64_t samples_total = 0;          // samples written
+};
+
+// Per engine and per tenant (bounded labels: never one per sandbox): airlock_usage_sandboxes,
+// airlock_usage_cpu_seconds_total, airlock_usage_cpu_cores, airlock_usage_memory_bytes,
+// airlock_usage_pids, airlock_usage_disk_bytes, airlock_usage_network_bytes_total, and the
+// sampler's own airlock_metrics_sampling_passes_total / _seconds_total / samples_total.
+std::string RenderUsageMetrics(const UsageTotals& totals);
 
 class Metrics {
  public:

@@ -100,29 +100,39 @@ std::optional<Result<SandboxRecord>> PoolService::Claim(const api::CreateSandbox
   bool linked = false;  // the pooled sandbox has a (parked) link
   // One transaction: the record stops being pooled and takes the request's settings, so no
   // other create can have it and a crash after it leaves a normal running sandbox.
-  auto claimed = store_.ClaimPooled(name, [&](SandboxRecord& r) {
-    r.limits = {.cpus = request.limits.cpus,
-                .memory_mb = static_cast<int64_t>(request.limits.memory_mb),
-                .pids_max = static_cast<int64_t>(request.limits.pids_max),
-                .disk_mb = static_cast<int64_t>(request.limits.disk_mb)};
-    r.env = env;
-    r.metadata = request.metadata;
-    r.tenant = request.tenant;  // the claimer's from now on
-    r.expires_at_ms = DeadlineMs(request.ttl_seconds);
-    // Recovery must know that this agent lacks the env and the controller sends it.
-    r.resources.try_emplace(kEnvPerCommand, "yes");
-    // The record says the network the sandbox has from now on: the request's policy on its
-    // link (recovery adopts it with that policy), or none, its link being taken away below
-    // (and, should the daemon die first, by the next start's RemoveUnclaimed).
-    linked = r.resources.contains(kNetSlot);
-    if (networked) {
-      r.network = request.network.ToJson().dump();
-    } else {
-      r.resources.erase(kNetSlot);
-      r.resources.erase(kNetAddress);
-      r.resources.erase(kNetAddress6);
-    }
+  const store::SandboxLimits limits{.cpus = request.limits.cpus,
+                                    .memory_mb = static_cast<int64_t>(request.limits.memory_mb),
+                                    .pids_max = static_cast<int64_t>(request.limits.pids_max),
+                                    .disk_mb = static_cast<int64_t>(request.limits.disk_mb)};
+  // The claim is what makes the sandbox count for the tenant: admitted by its quota.
+  Result<std::optional<SandboxRecord>> claimed = std::optional<SandboxRecord>();
+  auto admitted = quotas_.Admit(request.tenant, limits, [&]() -> Result<bool> {
+    claimed = store_.ClaimPooled(name, [&](SandboxRecord& r) {
+      r.limits = limits;
+      r.env = env;
+      r.metadata = request.metadata;
+      r.tenant = request.tenant;  // the claimer's from now on
+      r.expires_at_ms = DeadlineMs(request.ttl_seconds);
+      // Recovery must know that this agent lacks the env and the controller sends it.
+      r.resources.try_emplace(kEnvPerCommand, "yes");
+      // The record says the network the sandbox has from now on: the request's policy on its
+      // link (recovery adopts it with that policy), or none, its link being taken away below
+      // (and, should the daemon die first, by the next start's RemoveUnclaimed).
+      linked = r.resources.contains(kNetSlot);
+      if (networked) {
+        r.network = request.network.ToJson().dump();
+        const std::vector<net::SecretBinding>& secrets = request.network.secrets();
+        r.secrets = secrets.empty() ? "" : net::SecretBindingsToJson(secrets).dump();
+      } else {
+        r.resources.erase(kNetSlot);
+        r.resources.erase(kNetAddress);
+        r.resources.erase(kNetAddress6);
+      }
+    });
+    if (!claimed) return false;  // said below
+    return claimed->has_value();
   });
+  if (!admitted) return Result<SandboxRecord>(std::unexpected(std::move(admitted.error())));
   if (!claimed) {
     spdlog::error("pool {}: claiming: {}", name, claimed.error().message());
     CountMiss(name, kMissError);
@@ -162,6 +172,12 @@ std::optional<Result<SandboxRecord>> PoolService::Claim(const api::CreateSandbox
     // carry them (after the request's env, as there).
     if (request.network.mode() == net::NetworkMode::kAllowlist) {
       for (std::string& kv : networks_->ProxyEnv(id)) sandbox_env.push_back(std::move(kv));
+    }
+    if (!request.network.secrets().empty()) {
+      live->SetSecretEnv(net::SecretEnv(request.network.secrets()));
+      if (auto st = sandboxes_.TrustEgressCa(id, live, networks_->config().egress_ca_pem); !st) {
+        return abandon(kMissError, "installing the egress CA: " + st.error().message());
+      }
     }
   } else if (linked) {
     // Mode none: the link goes, taken apart by the filler after the claim (parked until then,

@@ -21,6 +21,7 @@
 #include "common/error.h"
 #include "daemon/api/types.h"
 #include "daemon/server/metrics.h"
+#include "daemon/server/quota_gate.h"
 #include "daemon/server/sandbox_table.h"
 #include "daemon/store/store.h"
 #include "net/networks.h"
@@ -45,10 +46,14 @@ class PoolService {
     std::function<void(const std::string& id)> detach_network;
   };
 
-  // All three outlive the service.
+  // All four outlive the service.
   PoolService(store::Store& store, runtime::EngineRegistry& engines, SandboxTable& sandboxes,
-              Lifecycle lifecycle)
-      : store_(store), engines_(engines), sandboxes_(sandboxes), lifecycle_(std::move(lifecycle)) {}
+              QuotaGate& quotas, Lifecycle lifecycle)
+      : store_(store),
+        engines_(engines),
+        sandboxes_(sandboxes),
+        quotas_(quotas),
+        lifecycle_(std::move(lifecycle)) {}
   ~PoolService() { StopFiller(); }
   PoolService(const PoolService&) = delete;
   PoolService& operator=(const PoolService&) = delete;
@@ -70,7 +75,8 @@ class PoolService {
   // The warm path of a create of `request` (its template's settings applied; `template_engine`:
   // the engine its template names, "" for the default): a claimed pooled sandbox with the
   // request's settings, or nullopt for the cold path (counted as a miss, by reason, when the
-  // template has a pool).
+  // template has a pool). The claim is admitted by the tenant's quota (QuotaGate): a refusal
+  // is returned as the create's answer (429).
   std::optional<Result<store::SandboxRecord>> Claim(const api::CreateSandboxRequest& request,
                                                     const std::string& template_engine);
 
@@ -93,6 +99,7 @@ class PoolService {
   store::Store& store_;
   runtime::EngineRegistry& engines_;
   SandboxTable& sandboxes_;
+  QuotaGate& quotas_;
   Lifecycle lifecycle_;
   net::Networks* networks_ = nullptr;
 

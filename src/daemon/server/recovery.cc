@@ -116,18 +116,28 @@ void Recovery::One(const SandboxRecord& rec, RecoveryReport& report) {
     return;
   }
   runtime::Engine& engine = **held_by;
+  // The record says failed, ended because it was lost (one that was still being created was
+  // never anybody's: it just failed).
+  auto mark_lost = [&](const std::string& why) {
+    const bool lost = rec.state != SandboxState::kCreating;
+    sandboxes_.recorder().Record(id, lost ? "sandbox.lost" : "sandbox.failed",
+                                 {{"error", why}, {"during", "recovery"}});
+    auto marked = store_.Transition(id, {}, SandboxState::kFailed, [&](SandboxRecord& r) {
+      r.error = why;
+      if (lost) r.resources[kEndReason] = std::string(kLost);
+    });
+    if (!marked) spdlog::error("start: {}", marked.error().message());
+  };
   auto give_up = [&](const std::string& why) {
     spdlog::warn("start: {} ({}{}) not recovered: {}", id, store::SandboxStateName(rec.state),
                  rec.pooled ? ", pooled" : "", why);
     if (auto st = engine.Destroy(id); !st) {
       spdlog::error("start: {}", st.error().message());
-      if (auto marked = store_.MarkFailed(id, why); !marked) {
-        spdlog::error("start: {}", marked.error().message());
-      }
+      mark_lost(why);
     } else if (rec.pooled) {
       lifecycle_.discard(id);  // nobody asked for it: no failed record to show
-    } else if (auto marked = store_.MarkFailed(id, why); !marked) {
-      spdlog::error("start: {}", marked.error().message());
+    } else {
+      mark_lost(why);
     }
     ++report.failed;
   };
@@ -202,9 +212,8 @@ void Recovery::One(const SandboxRecord& rec, RecoveryReport& report) {
   }
   std::shared_ptr<HeldSandbox> held = sandboxes_.Hold(
       id, &engine, std::move(env), workdir == rec.resources.end() ? "" : workdir->second);
-  if (auto after = rec.resources.find(kAutoHibernate); after != rec.resources.end()) {
-    held->auto_hibernate_ms = std::strtoll(after->second.c_str(), nullptr, 10) * 1000;
-  }
+  held->SetSecretEnv(net::SecretEnv(net::StoredSecretBindings(rec.secrets)));
+  held->SetAutoPause(rec.resources);
   if (!paused && !rec.pooled && engine.capabilities().live_limits) {
     // A claim commits the request's limits before it writes them to the engine; a crash in
     // between would leave the pool's defaults in force. Writing the recorded ones again closes
@@ -228,6 +237,10 @@ void Recovery::One(const SandboxRecord& rec, RecoveryReport& report) {
   }
   spdlog::info("start: adopted {} ({}{})", id, store::SandboxStateName(rec.state),
                rec.pooled ? ", pooled" : "");
+  if (!rec.pooled) {
+    sandboxes_.recorder().Record(id, "sandbox.recovered",
+                                 {{"state", store::SandboxStateName(rec.state)}});
+  }
   ++report.adopted;
 }
 

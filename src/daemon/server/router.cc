@@ -9,6 +9,8 @@
 
 #include "common/clock.h"
 #include "common/ids.h"
+#include "common/log.h"
+#include "daemon/server/actor.h"
 #include "daemon/api/json.h"
 #include "daemon/api/query.h"
 #include "daemon/api/render.h"
@@ -95,8 +97,20 @@ api::SandboxView ToView(const SandboxRecord& r) {
   v.limits.pids_max = static_cast<uint64_t>(r.limits.pids_max);
   v.limits.disk_mb = static_cast<uint64_t>(r.limits.disk_mb);
   v.metadata = r.metadata;
-  if (r.state == store::SandboxState::kFailed) v.error = r.error;
+  const auto reason = r.resources.find(kEndReason);
+  if (r.state == store::SandboxState::kFailed) {
+    // Failed, unless a restart lost it (a failed destroy's record keeps the reason it was asked).
+    const bool lost = reason != r.resources.end() && reason->second == kLost;
+    v.end_reason = lost ? std::string(kLost) : "failed";
+  } else if (r.state == store::SandboxState::kDestroyed) {
+    v.end_reason = reason != r.resources.end() ? reason->second : std::string(kDeleted);
+    v.ended_at = FromUnixMs(r.updated_at_ms);
+  }
+  if (r.state == store::SandboxState::kFailed || r.state == store::SandboxState::kDestroyed) {
+    v.error = r.error;
+  }
   v.network = r.network;
+  v.secrets = r.secrets;
   v.tenant = r.tenant;
   if (auto address = r.resources.find(kNetAddress); address != r.resources.end()) {
     v.address = address->second;
@@ -107,6 +121,13 @@ api::SandboxView ToView(const SandboxRecord& r) {
   if (auto image = r.resources.find(kMemoryImageBytes); image != r.resources.end()) {
     v.memory_image_bytes = std::strtoull(image->second.c_str(), nullptr, 10);
   }
+  for (const char* key : {kAutoPause, kAutoHibernate}) {
+    if (auto after = r.resources.find(key); after != r.resources.end()) {
+      v.auto_pause_seconds = std::strtoll(after->second.c_str(), nullptr, 10);
+      v.auto_pause_memory = key == kAutoHibernate;
+    }
+  }
+  v.auto_paused = r.resources.contains(kAutoPaused);
   return v;
 }
 
@@ -120,40 +141,149 @@ std::optional<std::string> NextChunk(EventStream& stream) {
   return chunk;
 }
 
+// {"sandbox", "interval_ms", "keep", "samples": [{"at_ms", "cpu_seconds", "cpu_cores",
+//  "memory_bytes", "memory_peak_bytes", "pids", "disk_bytes", "net_rx_bytes", "net_tx_bytes"}],
+//  "truncated"}
+std::string RenderSandboxMetrics(const std::string& id, const store::MetricPage& page,
+                                 const Sampler& sampler) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const store::MetricSample& m : page.samples) {
+    list.push_back({{"at_ms", m.at_ms},
+                    {"cpu_seconds", m.cpu_seconds},
+                    {"cpu_cores", m.cpu_cores},
+                    {"memory_bytes", m.memory_bytes},
+                    {"memory_peak_bytes", m.memory_peak_bytes},
+                    {"pids", m.pids},
+                    {"disk_bytes", m.disk_bytes},
+                    {"net_rx_bytes", m.net_rx_bytes},
+                    {"net_tx_bytes", m.net_tx_bytes}});
+  }
+  nlohmann::json doc = {{"sandbox", id},
+                        {"interval_ms", sampler.interval().count()},
+                        {"keep", sampler.keep()},
+                        {"samples", std::move(list)},
+                        {"truncated", page.truncated}};
+  return doc.dump();
+}
+
 // {"events": [{"seq", "time", "kind", "name", "sni"?, "host"?, "dest"?, "port", "verdict",
 //  "rule", "reason", "bytes_up"?, "bytes_down"?}], "next_after", "has_more", "last_seq",
 //  "dropped", "trimmed"}
 std::string RenderNetworkEvents(const store::NetworkEventPage& page, int64_t after) {
   nlohmann::json list = nlohmann::json::array();
   for (const store::NetworkEventRecord& e : page.events) {
-    nlohmann::json one = {
-        {"seq", e.seq},
-        {"time", api::FormatTimestamp(FromUnixMs(e.at_ms))},
-        {"kind", e.kind},
-        {"name", e.name},
-        {"port", e.port},
-        {"verdict", e.verdict},
-        {"rule", e.rule},
-        {"reason", e.reason},
-    };
-    if (!e.sni.empty()) one["sni"] = e.sni;
-    if (!e.host.empty()) one["host"] = e.host;
-    if (!e.dest.empty()) one["dest"] = e.dest;
-    if (e.verdict == "closed") {
-      one["bytes_up"] = e.bytes_up;
-      one["bytes_down"] = e.bytes_down;
-    }
+    nlohmann::json one = VerdictJson(e);
+    one["seq"] = e.seq;
+    one["time"] = api::FormatTimestamp(FromUnixMs(e.at_ms));
+    one["kind"] = e.kind;
     list.push_back(std::move(one));
   }
   const int64_t next_after = page.events.empty() ? after : page.events.back().seq;
-  return nlohmann::json{{"events", std::move(list)},
+  return api::DumpJson({{"events", std::move(list)},
                         {"next_after", next_after},
                         {"has_more", page.more},
                         {"last_seq", page.last_seq},
                         {"dropped", page.dropped},
-                        {"trimmed", page.trimmed}}
-      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+                        {"trimmed", page.trimmed}});
 }
+
+// One event of the flight recorder as the API shows it: {"seq", "time", "type", "data"}.
+nlohmann::json EventJson(const store::EventRecord& e) {
+  nlohmann::json data = nlohmann::json::parse(e.data, nullptr, /*allow_exceptions=*/false);
+  if (!data.is_object()) data = nlohmann::json::object();
+  return {{"seq", e.seq},
+          {"time", api::FormatTimestamp(FromUnixMs(e.at_ms))},
+          {"type", e.type},
+          {"data", std::move(data)}};
+}
+
+// {"events": [...], "next_after", "has_more", "last_seq", "dropped", "trimmed"}
+std::string RenderEvents(const store::EventPage& page, int64_t after) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const store::EventRecord& e : page.events) list.push_back(EventJson(e));
+  return api::DumpJson({{"events", std::move(list)},
+                   {"next_after", page.events.empty() ? after : page.events.back().seq},
+                   {"has_more", page.more},
+                   {"last_seq", page.last_seq},
+                   {"dropped", page.dropped},
+                   {"trimmed", page.trimmed}});
+}
+
+// A sandbox's events as a stream: what is stored after `after`, then (following) each event as
+// the recorder writes it, until the sandbox is destroyed and its last events are sent (or the
+// client goes). Each piece is JSON Lines or Server-Sent Events.
+class EventFeed {
+ public:
+  // `first`: the page read (and checked) already, sent first.
+  EventFeed(store::Store& store, Recorder& recorder, std::string id, api::EventsQuery query,
+            std::vector<store::EventRecord> first)
+      : store_(store),
+        recorder_(recorder),
+        id_(std::move(id)),
+        query_(std::move(query)),
+        first_(std::move(first)) {}
+
+  std::optional<std::string> Next() {
+    if (!first_.empty()) {
+      query_.after = first_.back().seq;
+      std::string out = Render(first_);
+      first_.clear();
+      return out;
+    }
+    const uint64_t seen = recorder_.writes();
+    auto page = store_.Events(id_, query_.after, query_.types, api::EventsQuery::kMaxLimit);
+    if (!page) {
+      spdlog::warn("the event stream of {}: {}", id_, page.error().message());
+      return std::nullopt;
+    }
+    if (!page->events.empty()) {
+      query_.after = page->events.back().seq;
+      quiet_ms_ = 0;
+      return Render(page->events);
+    }
+    if (!query_.follow || last_) return std::nullopt;
+    // Gone (destroyed, or purged): what the recorder still holds is written, read once more,
+    // and the stream ends.
+    auto record = store_.Get(id_);
+    if (!record || record->state == store::SandboxState::kDestroyed) {
+      if (auto st = recorder_.Flush(); !st) spdlog::error("storing events: {}", st.error().message());
+      last_ = true;
+      return std::string();
+    }
+    constexpr auto kWait = std::chrono::seconds(1);
+    if (recorder_.WaitForWrite(seen, kWait) == seen) {
+      quiet_ms_ += std::chrono::milliseconds(kWait).count();
+      // A comment now and then keeps proxies from closing an idle stream.
+      if (quiet_ms_ >= 15000 && query_.format == api::EventsQuery::Format::kServerSentEvents) {
+        quiet_ms_ = 0;
+        return std::string(": keep-alive\n\n");
+      }
+    }
+    return std::string();
+  }
+
+ private:
+  std::string Render(const std::vector<store::EventRecord>& events) const {
+    std::string out;
+    for (const store::EventRecord& e : events) {
+      if (query_.format == api::EventsQuery::Format::kServerSentEvents) {
+        out += "id: " + std::to_string(e.seq) + "\nevent: " + e.type + "\ndata: " +
+               api::DumpJson(EventJson(e)) + "\n\n";
+      } else {
+        out += api::DumpJson(EventJson(e)) + "\n";
+      }
+    }
+    return out;
+  }
+
+  store::Store& store_;
+  Recorder& recorder_;
+  const std::string id_;
+  api::EventsQuery query_;
+  std::vector<store::EventRecord> first_;
+  bool last_ = false;  // the sandbox is gone: end at the next empty read
+  int64_t quiet_ms_ = 0;
+};
 
 api::PoolView ToPoolView(const PoolStats& p) {
   return {.template_name = p.template_name,
@@ -212,7 +342,7 @@ std::optional<Caller> Router::Authenticate(std::string_view authorization) {
   authorization.remove_prefix(kScheme.size());
   auto key = store_.Authenticate(authorization);
   if (!key) return std::nullopt;
-  return Caller{key->id, key->tenant, key->admin};
+  return Caller{key->id, key->tenant, key->admin, key->name};
 }
 
 Status Router::CheckOwner(const Caller& caller, const std::string& id) {
@@ -253,8 +383,16 @@ HttpReply Router::RenderMetrics() {
   for (const auto& [state, n] : *counts) by_state[std::string(store::SandboxStateName(state))] = n;
   auto pools = controller_.pools().List();
   if (!pools) return ErrorReply(pools.error());
-  return Bytes(metrics_.Render(by_state, controller_.expiry().expired_total(), controller_.expiry().purged_total()) +
-                   RenderPoolMetrics(*pools) + RenderVerdictMetrics(controller_.network_verdicts()),
+  auto secrets = secrets_.Count();
+  if (!secrets) return ErrorReply(secrets.error());
+  return Bytes(metrics_.Render(by_state, controller_.expiry().expired_total(),
+                               controller_.expiry().purged_total()) +
+                   RenderPoolMetrics(*pools) +
+                   RenderVerdictMetrics(controller_.recorder().verdicts()) +
+                   RenderRecorderMetrics(controller_.recorder().counts().recorded,
+                                         controller_.recorder().counts().dropped) +
+                   RenderSecretMetrics(*secrets) +
+                   RenderUsageMetrics(controller_.sampler().Totals()),
                "text/plain; version=0.0.4; charset=utf-8");
 }
 
@@ -281,6 +419,8 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
     return reply;
   }
   const Caller& caller = *who;
+  // The recorder's lifecycle events name the key that asked (actor.h).
+  ScopedActor actor({caller.key_id, caller.key_name});
   if (path == "/metrics") {
     if (method != "GET") return MethodNotAllowed(method, path, {"GET"});
     // Counts over every tenant's sandboxes.
@@ -295,7 +435,13 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
     return Pools(request, parts, raw_query);
   }
   if (parts.size() >= 2 && parts[1] == "keys") return Keys(request, caller, parts, raw_query);
+  if (parts.size() >= 2 && parts[1] == "secrets") {
+    return Secrets(request, caller, parts, raw_query);
+  }
   if (parts.size() >= 2 && parts[1] == "engines") return Engines(request, parts, raw_query);
+  if (parts.size() >= 2 && parts[1] == "tenants") {
+    return Tenants(request, caller, parts, raw_query);
+  }
   if (parts.size() >= 2 && parts[1] == "templates") {
     return Templates(request, caller, parts, raw_query);
   }
@@ -342,7 +488,9 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
   const std::string id(parts[2]);
   const std::string_view op = parts.size() >= 4 ? parts[3] : std::string_view();
   enum class Route {
-    kSandbox, kExec, kPause, kResume, kFiles, kProcesses, kSnapshot, kFork, kNetworkEvents
+    kSandbox, kExec, kPause, kResume, kFiles, kProcesses, kSnapshot, kFork, kNetworkEvents,
+    kEvents,
+    kMetrics
   };
   Route route;
   if (op == "processes" && parts.size() <= 6) {
@@ -365,8 +513,14 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
   } else if (op == "files" && (parts.size() == 4 || parts[4] == "list" || parts[4] == "mkdir" ||
                                parts[4] == "tar")) {
     route = Route::kFiles;
+  } else if (op == "metrics" && parts.size() == 4) {
+    route = Route::kMetrics;
+    if (method != "GET") return MethodNotAllowed(method, path, {"GET"});
   } else if (op == "network" && parts.size() == 5 && parts[4] == "events") {
     route = Route::kNetworkEvents;
+    if (method != "GET") return MethodNotAllowed(method, path, {"GET"});
+  } else if (op == "events" && parts.size() == 4) {
+    route = Route::kEvents;
     if (method != "GET") return MethodNotAllowed(method, path, {"GET"});
   } else {
     return NotFoundRoute(path);
@@ -388,13 +542,30 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
     if (!page) return ErrorReply(page.error());
     return {200, RenderNetworkEvents(*page, query->after), ""};
   }
+  if (route == Route::kEvents) {
+    auto params = api::ParseQueryString(raw_query);
+    if (!params) return ErrorReply(params.error());
+    auto query = api::EventsQuery::FromQuery(*params);
+    if (!query) return ErrorReply(query.error());
+    return Events(id, *query);
+  }
+  if (route == Route::kMetrics) {
+    auto params = api::ParseQueryString(raw_query);
+    if (!params) return ErrorReply(params.error());
+    auto query = api::MetricsQuery::FromQuery(*params);
+    if (!query) return ErrorReply(query.error());
+    auto page = controller_.Metrics(id, *query);
+    if (!page) return ErrorReply(page.error());
+    return {200, RenderSandboxMetrics(id, *page, controller_.sampler()), ""};
+  }
   if (!raw_query.empty()) {
     return ErrorReply(Error(ErrorCode::kInvalidArgument, "this route takes no query string"));
   }
 
   switch (route) {
     case Route::kSandbox:
-      if (method == "GET") return SandboxReply(200, controller_.Get(id));
+      // A destroyed sandbox's record answers too, with why it ended, until it is purged.
+      if (method == "GET") return SandboxReply(200, controller_.Describe(id));
       if (method == "DELETE") {
         auto st = Timed(metrics_, Metrics::Op::kDestroy, [&] { return controller_.Destroy(id); });
         if (!st) return ErrorReply(st.error());
@@ -417,6 +588,7 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
       snapshot->tenant = caller.admin ? "" : caller.tenant;  // an admin's is shared
       auto made = controller_.snapshots().Snapshot(id, *snapshot);
       if (!made) return ErrorReply(made.error());
+      controller_.recorder().Record(id, "sandbox.snapshot", {{"template", made->name}});
       return {201, api::RenderTemplate(ToTemplateView(*made)), ""};
     }
     case Route::kFork: {
@@ -425,6 +597,10 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
       fork->tenant = caller.tenant;
       auto forked = controller_.snapshots().Fork(id, *fork);
       if (!forked) return ErrorReply(forked.error());
+      nlohmann::json children = nlohmann::json::array();
+      for (const SandboxRecord& r : forked->sandboxes) children.push_back(r.id);
+      controller_.recorder().Record(id, "sandbox.forked",
+                                    {{"sandboxes", std::move(children)}, {"memory", fork->memory}});
       std::vector<api::SandboxView> views;
       for (const SandboxRecord& r : forked->sandboxes) views.push_back(ToView(r));
       return {201, api::RenderFork(views, forked->layer, fork->memory), ""};
@@ -458,9 +634,29 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
     case Route::kFiles:
     case Route::kProcesses:
     case Route::kNetworkEvents:
+    case Route::kEvents:
+    case Route::kMetrics:
       break;  // served above
   }
   return NotFoundRoute(path);
+}
+
+HttpReply Router::Events(const std::string& id, const api::EventsQuery& query) {
+  // The first page also checks the id (404 for unknown and pooled sandboxes) and writes what the
+  // recorder holds: whatever happened before this call is in the answer. A stream starts with it.
+  auto page = controller_.Events(id, query);
+  if (!page) return ErrorReply(page.error());
+  if (query.format == api::EventsQuery::Format::kPage) {
+    return {200, RenderEvents(*page, query.after), ""};
+  }
+  HttpReply reply{200, "", ""};
+  reply.content_type = query.format == api::EventsQuery::Format::kJsonLines
+                           ? "application/x-ndjson"
+                           : "text/event-stream";
+  auto feed = std::make_shared<EventFeed>(store_, controller_.recorder(), id, query,
+                                          std::move(page->events));
+  reply.next_chunk = [feed] { return feed->Next(); };
+  return reply;
 }
 
 HttpReply Router::Templates(const HttpRequest& request, const Caller& caller,
@@ -579,6 +775,132 @@ HttpReply Router::Keys(const HttpRequest& request, const Caller& caller,
   }
   if (auto st = store_.RevokeKey(id); !st) return ErrorReply(st.error());
   return {204, "", ""};
+}
+
+HttpReply Router::Secrets(const HttpRequest& request, const Caller& caller,
+                          std::span<const std::string_view> parts, std::string_view raw_query) {
+  const std::string_view method = request.method;
+  const std::string path = request.target.substr(0, request.target.find('?'));
+  // The route (404, 405), the name (400), the query and whose secrets (400, 403), then the body.
+  if (parts.size() > 3) return NotFoundRoute(path);
+  const bool one = parts.size() == 3;
+  if (!one && method != "GET" && method != "POST") {
+    return MethodNotAllowed(method, path, {"GET", "POST"});
+  }
+  if (one && method != "GET" && method != "PUT" && method != "DELETE") {
+    return MethodNotAllowed(method, path, {"GET", "PUT", "DELETE"});
+  }
+  const std::string name = one ? std::string(parts[2]) : std::string();
+  if (one) {
+    if (auto st = api::CheckSecretName(name); !st) return ErrorReply(st.error());
+  }
+  auto params = api::ParseQueryString(raw_query);
+  if (!params) return ErrorReply(params.error());
+  auto query = api::SecretsQuery::FromQuery(*params);
+  if (!query) return ErrorReply(query.error());
+  const std::string tenant = query->tenant.value_or(caller.tenant);
+  if (!caller.admin && tenant != caller.tenant) {
+    return ErrorReply(Error(ErrorCode::kPermissionDenied,
+                            "this key acts on its own tenant's secrets (" + caller.tenant +
+                                "); only an admin key may name another tenant"));
+  }
+  const bool takes_body = method == "POST" || method == "PUT";
+  if (!takes_body && !request.body.empty()) {
+    return ErrorReply(Error(ErrorCode::kInvalidArgument, "this call takes no request body"));
+  }
+  auto view = [](const SecretInfo& s) {
+    return api::SecretView{.name = s.name,
+                           .version = s.version,
+                           .created_at = FromUnixMs(s.created_at_ms),
+                           .updated_at = FromUnixMs(s.updated_at_ms)};
+  };
+  auto reply = [&](unsigned status, const Result<SecretInfo>& info) -> HttpReply {
+    if (!info) return ErrorReply(info.error());
+    return {status, api::RenderSecret(view(*info)), ""};
+  };
+  if (!one && method == "GET") {
+    auto all = secrets_.List(tenant);
+    if (!all) return ErrorReply(all.error());
+    std::vector<api::SecretView> views;
+    for (const SecretInfo& s : *all) views.push_back(view(s));
+    return {200, api::RenderSecretList(views), ""};
+  }
+  if (!one) {  // POST /v1/secrets
+    auto create = api::CreateSecretRequest::FromJson(request.body);
+    if (!create) return ErrorReply(create.error());
+    return reply(201, secrets_.Create(tenant, create->name, create->value));
+  }
+  if (method == "GET") return reply(200, secrets_.Get(tenant, name));
+  if (method == "DELETE") {
+    if (auto st = secrets_.Delete(tenant, name); !st) return ErrorReply(st.error());
+    return {204, "", ""};
+  }
+  // PUT: the name is known (404) before the body is looked at, as for every other route.
+  if (auto known = secrets_.Get(tenant, name); !known) return ErrorReply(known.error());
+  auto update = api::UpdateSecretRequest::FromJson(request.body);
+  if (!update) return ErrorReply(update.error());
+  return reply(200, secrets_.Update(tenant, name, update->value));
+}
+
+HttpReply Router::Tenants(const HttpRequest& request, const Caller& caller,
+                          std::span<const std::string_view> parts, std::string_view raw_query) {
+  const std::string_view method = request.method;
+  const std::string path = request.target.substr(0, request.target.find('?'));
+  // /v1/tenants/{name} (GET) and /v1/tenants/{name}/quota (PUT, DELETE): the route (404, 405),
+  // the name (400), who asks (403), then the query and the body (400).
+  const bool quota = parts.size() == 4 && parts[3] == "quota";
+  if (parts.size() != 3 && !quota) return NotFoundRoute(path);
+  if (!quota && method != "GET") return MethodNotAllowed(method, path, {"GET"});
+  if (quota && method != "PUT" && method != "DELETE") {
+    return MethodNotAllowed(method, path, {"PUT", "DELETE"});
+  }
+  const std::string tenant(parts[2]);
+  if (auto st = api::CheckTenantName(tenant, "tenant"); !st) return ErrorReply(st.error());
+  if (quota && !caller.admin) return AdminOnly("tenant quotas (/v1/tenants/{name}/quota)");
+  if (!caller.admin && tenant != caller.tenant) {
+    return ErrorReply(Error(ErrorCode::kPermissionDenied,
+                            "this key may see its own tenant (" + caller.tenant +
+                                ") only; only an admin key may see another tenant"));
+  }
+  if (!raw_query.empty()) {
+    return ErrorReply(Error(ErrorCode::kInvalidArgument, "this route takes no query string"));
+  }
+  if (method != "PUT" && !request.body.empty()) {
+    return ErrorReply(Error(ErrorCode::kInvalidArgument, "this call takes no request body"));
+  }
+  if (method == "DELETE") {
+    if (auto st = store_.SetQuota(tenant, {}); !st) return ErrorReply(st.error());
+    return {204, "", ""};
+  }
+  if (method == "PUT") {
+    auto set = api::QuotaRequest::FromJson(request.body);
+    if (!set) return ErrorReply(set.error());
+    const store::TenantQuota q{.sandboxes = set->sandboxes,
+                               .cpus = set->cpus,
+                               .memory_mb = set->memory_mb,
+                               .disk_mb = set->disk_mb,
+                               .creates_per_minute = set->creates_per_minute};
+    if (auto st = store_.SetQuota(tenant, q); !st) return ErrorReply(st.error());
+  }
+  auto state = controller_.quotas().State(tenant);
+  if (!state) return ErrorReply(state.error());
+  const store::TenantQuota& q = state->quota;
+  const store::TenantUsage& u = state->usage;
+  // {"name", "quota": {... 0 = unlimited}, "usage": {...}}
+  nlohmann::json doc = {{"name", tenant},
+                        {"quota",
+                         {{"sandboxes", q.sandboxes},
+                          {"cpus", q.cpus},
+                          {"memory_mb", q.memory_mb},
+                          {"disk_mb", q.disk_mb},
+                          {"creates_per_minute", q.creates_per_minute}}},
+                        {"usage",
+                         {{"sandboxes", u.sandboxes},
+                          {"cpus", u.cpus},
+                          {"memory_mb", u.memory_mb},
+                          {"disk_mb", u.disk_mb},
+                          {"creates_last_minute", state->creates_last_minute}}}};
+  return {200, doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), ""};
 }
 
 HttpReply Router::Engines(const HttpRequest& request, std::span<const std::string_view> parts,

@@ -14,6 +14,7 @@
 
 #include "daemon/server/controller.h"
 #include "daemon/server/metrics.h"
+#include "daemon/server/secret_store.h"
 #include "daemon/store/store.h"
 
 namespace airlock::daemon {
@@ -54,13 +55,19 @@ struct Caller {
   int64_t key_id = 0;  // 0 with --no-auth
   std::string tenant = std::string(store::kAdminTenant);
   bool admin = true;
+  std::string key_name;  // "" with --no-auth
 };
 
 class Router {
  public:
   // `auth_required` false is --no-auth (loopback only; main checks that).
-  Router(Controller& controller, store::Store& store, Metrics& metrics, bool auth_required)
-      : controller_(controller), store_(store), metrics_(metrics), auth_required_(auth_required) {}
+  Router(Controller& controller, store::Store& store, SecretStore& secrets, Metrics& metrics,
+         bool auth_required)
+      : controller_(controller),
+        store_(store),
+        secrets_(secrets),
+        metrics_(metrics),
+        auth_required_(auth_required) {}
 
   // Blocks (store, engine, agent): call on the worker pool. Thread-safe.
   HttpReply Handle(const HttpRequest& request);
@@ -79,6 +86,8 @@ class Router {
   // the route and the id's syntax are checked and before anything else about the request.
   [[nodiscard]] Status CheckOwner(const Caller& caller, const std::string& id);
   HttpReply Dispatch(const HttpRequest& request);
+  // GET /v1/sandboxes/{id}/events: a page, or a stream (JSON Lines, Server-Sent Events).
+  HttpReply Events(const std::string& id, const api::EventsQuery& query);
   // For a non-admin caller: 404 (as if absent) for a template of another tenant named `name`.
   [[nodiscard]] Status CheckTemplateVisible(const Caller& caller, const std::string& name);
   HttpReply Keys(const HttpRequest& request, const Caller& caller,
@@ -95,10 +104,17 @@ class Router {
                     std::string_view raw_query);
   HttpReply Pools(const HttpRequest& request, std::span<const std::string_view> parts,
                   std::string_view raw_query);
+  // /v1/secrets and /v1/secrets/{name}: the caller's tenant's secrets, or with ?tenant= (an
+  // admin's only) another tenant's. Metadata in, metadata out: a value is taken, never shown.
+  HttpReply Secrets(const HttpRequest& request, const Caller& caller,
+                    std::span<const std::string_view> parts, std::string_view raw_query);
+  HttpReply Tenants(const HttpRequest& request, const Caller& caller,
+                    std::span<const std::string_view> parts, std::string_view raw_query);
   HttpReply RenderMetrics();
 
   Controller& controller_;
   store::Store& store_;
+  SecretStore& secrets_;
   Metrics& metrics_;
   bool auth_required_;
 };

@@ -3,12 +3,14 @@
 #include "common/clock.h"
 
 #include <cerrno>
+#include <cstdlib>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <utility>
 
 #include "common/build_id.h"
 #include "common/log.h"
+#include "common/syscall.h"
 
 namespace airlock::daemon {
 namespace {
@@ -26,14 +28,34 @@ Error SandboxNotFound(const std::string& id) {
   return Error(ErrorCode::kNotFound, "sandbox " + id + " does not exist");
 }
 
+runtime::Limits LimitsOf(const store::SandboxRecord& r) {
+  runtime::Limits limits;
+  limits.cpus = r.limits.cpus;
+  limits.memory_mb = static_cast<uint64_t>(r.limits.memory_mb);
+  limits.pids_max = static_cast<uint64_t>(r.limits.pids_max);
+  limits.disk_mb = static_cast<uint64_t>(r.limits.disk_mb);
+  return limits;
+}
+
 net::NetworkPolicy NetworkPolicyOf(const SandboxRecord& record) {
   if (record.network.empty()) return {};
   auto parsed = net::NetworkPolicy::FromJson(
       nlohmann::json::parse(record.network, nullptr, /*allow_exceptions=*/false));
-  return parsed ? std::move(*parsed) : net::NetworkPolicy();
+  if (!parsed) return {};
+  parsed->SetSecrets(net::StoredSecretBindings(record.secrets));
+  return std::move(*parsed);
 }
 
 void HeldSandbox::Touch() { last_used_ms = SteadyNowMs(); }
+
+void HeldSandbox::SetAutoPause(const std::map<std::string, std::string>& resources) {
+  for (const char* key : {kAutoPause, kAutoHibernate}) {
+    if (auto after = resources.find(key); after != resources.end()) {
+      auto_pause_ms = std::strtoll(after->second.c_str(), nullptr, 10) * 1000;
+      auto_pause_memory = key == kAutoHibernate;
+    }
+  }
+}
 
 AgentChannel::AgentChannel(std::shared_ptr<HeldSandbox> held, protocol::BlockingClient client)
     : held_(std::move(held)), client_(std::move(client)) {
@@ -48,7 +70,9 @@ AgentChannel::AgentChannel(std::shared_ptr<HeldSandbox> held, protocol::Blocking
 
 std::vector<std::string> AgentChannel::sandbox_env() const {
   std::lock_guard lock(held_->channels_mu);
-  return held_->env;
+  std::vector<std::string> env = held_->env;
+  env.insert(env.end(), held_->secret_env.begin(), held_->secret_env.end());
+  return env;
 }
 
 std::string AgentChannel::sandbox_cwd() const {
@@ -128,15 +152,39 @@ Result<SandboxRecord> SandboxTable::Visible(const std::string& id) {
   return record;
 }
 
+Result<SandboxRecord> SandboxTable::WakeIfAutoPaused(const std::string& id, bool allow_pooled,
+                                                      Result<SandboxRecord> record) {
+  if (!record || !wake_ || record->state == SandboxState::kRunning ||
+      !record->resources.contains(kAutoPaused)) {
+    return record;
+  }
+  // Paused by the idle sweep: this call resumes it. Another call may have resumed it first
+  // (then the record says running); any other failure is this call's answer.
+  Status woke = wake_(id);
+  record = allow_pooled ? store_.Get(id) : Visible(id);
+  if (record && !woke && record->state != SandboxState::kRunning) {
+    return std::unexpected(woke.error());
+  }
+  return record;
+}
+
 Result<AgentChannel> SandboxTable::Acquire(const std::string& id, bool allow_pooled) {
-  auto record = allow_pooled ? store_.Get(id) : Visible(id);
+  auto record = WakeIfAutoPaused(id, allow_pooled, allow_pooled ? store_.Get(id) : Visible(id));
   if (!record) return std::unexpected(record.error());
   if (auto st = store::RequireState(id, record->state, kRunningOnly); !st) {
     return std::unexpected(st.error());
   }
   std::shared_ptr<HeldSandbox> held = Find(id);
   if (!held) return std::unexpected(NotHeld(*record));
-  return ChannelTo(id, std::move(held));
+  const bool auto_pauses = held->auto_pause_ms > 0;
+  auto channel = ChannelTo(id, std::move(held));
+  if (channel && auto_pauses && wake_) {
+    // The idle sweep may have paused it between the read above and this loan (which it would
+    // have seen, and undone, had the loan come first): look again now that the loan counts.
+    record = WakeIfAutoPaused(id, allow_pooled, allow_pooled ? store_.Get(id) : Visible(id));
+    if (!record) return std::unexpected(record.error());
+  }
+  return channel;
 }
 
 Result<AgentChannel> SandboxTable::ChannelTo(const std::string& id,
@@ -164,6 +212,31 @@ Status SandboxTable::WriteHeldFile(const std::string& id, std::shared_ptr<HeldSa
   auto channel = ChannelTo(id, std::move(held));
   if (!channel) return std::unexpected(channel.error());
   if (auto st = (*channel)->WriteFile(path, data, 0644, false); !st) return st;
+  channel->Keep();
+  return {};
+}
+
+Status SandboxTable::TrustEgressCa(const std::string& id, std::shared_ptr<HeldSandbox> held,
+                                   const std::string& ca_pem) {
+  auto channel = ChannelTo(id, std::move(held));
+  if (!channel) return std::unexpected(channel.error());
+  const std::string bundle_path(net::kSandboxCaBundle);
+  auto bundle = (*channel)->ReadFile(bundle_path);
+  std::string text;
+  if (bundle) {
+    text = std::move(*bundle);
+  } else if (auto host = ReadFileToString("/etc/ssl/certs/ca-certificates.crt", 16 << 20)) {
+    text = std::move(*host);
+  }
+  if (text.find(ca_pem) == std::string::npos) {
+    if (!text.empty() && text.back() != '\n') text += '\n';
+    text += ca_pem;
+  }
+  if (auto st = (*channel)->Mkdir("/etc/ssl/certs", 0755, /*parents=*/true); !st) return st;
+  if (auto st = (*channel)->WriteFile(std::string(net::kSandboxCaFile), ca_pem, 0644, false); !st) {
+    return st;
+  }
+  if (auto st = (*channel)->WriteFile(bundle_path, text, 0644, false); !st) return st;
   channel->Keep();
   return {};
 }
@@ -215,6 +288,7 @@ Error SandboxTable::Explain(const std::string& id, Error error) {
       if (auto marked = store_.MarkFailed(id, why, kRunningOnly); !marked) {
         spdlog::warn("{}: {}; recording it failed: {}", id, why, marked.error().message());
       } else {
+        recorder_.Record(id, "sandbox.failed", {{"error", why}, {"during", "running"}});
         spdlog::warn("{} failed: {}", id, why);
       }
       return Error(ErrorCode::kFailedPrecondition, "sandbox " + id + " failed: " + why);

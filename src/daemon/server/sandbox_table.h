@@ -11,6 +11,7 @@
 // Thread-safe; calls that read the store or open a channel block.
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "daemon/server/recorder.h"
 #include "daemon/store/store.h"
 #include "net/policy.h"
 #include "protocol/client.h"
@@ -41,13 +43,27 @@ inline constexpr const char* kRoot = "root";
 inline constexpr const char* kNetSlot = "net.slot";
 inline constexpr const char* kNetAddress = "net.address";
 inline constexpr const char* kNetAddress6 = "net.address6";
-// The key in a record's resources that holds its auto_hibernate_seconds.
+// The keys in a record's resources that hold its auto-pause idle seconds: kAutoHibernate when
+// it hibernates (auto_pause.memory, or auto_hibernate_seconds), kAutoPause when it pauses.
 inline constexpr const char* kAutoHibernate = "auto_hibernate_s";
+inline constexpr const char* kAutoPause = "auto_pause_s";
+// The key in a paused or hibernated sandbox's resources that says the idle sweep did it, so the
+// next call that uses its agent resumes it ("1"); any resume removes it.
+inline constexpr const char* kAutoPaused = "auto_paused";
 // The key in a hibernated sandbox's resources that holds its memory image's size in bytes.
 inline constexpr const char* kMemoryImageBytes = "memory_image_bytes";
+// The key in an ended sandbox's resources that says why it ended (the API's end_reason), and
+// the reasons (a failed sandbox's is "failed", from its state).
+inline constexpr const char* kEndReason = "end_reason";
+inline constexpr std::string_view kDeleted = "deleted";  // DELETE, or the daemon's shutdown
+inline constexpr std::string_view kExpired = "expired";  // its TTL passed
+inline constexpr std::string_view kLost = "lost";        // a restart could not take it back
 
-// The sandbox's network policy as its record keeps it (mode none when it has none).
+// The sandbox's network policy as its record keeps it, with the secrets bound (mode none when it
+// has none).
 net::NetworkPolicy NetworkPolicyOf(const store::SandboxRecord& record);
+// The limits in a sandbox's record, as an engine takes them (the rest at their defaults).
+runtime::Limits LimitsOf(const store::SandboxRecord& record);
 
 // What resolv.conf says in a sandbox without a network (a pooled sandbox claimed with mode
 // none, and a build's layer, are given the same as a cold sandbox without one).
@@ -67,12 +83,35 @@ struct HeldSandbox {
   // whose agent started without it and cannot be told later. Empty for the others, whose
   // agent has it from its start.
   std::vector<std::string> env;
+  // The placeholders of the secrets bound and the CA variables (net::SecretEnv), sent with every
+  // command after `env`: bindings change with a PATCH, which an agent's own env cannot follow.
+  // Guarded by channels_mu.
+  std::vector<std::string> secret_env;
   std::string cwd;  // commands' default cwd (its template's workdir); guarded by channels_mu
-  // For auto-hibernate: channels on loan now, when the last one came back (steady clock, ms),
-  // and after how long idle the sandbox hibernates (0: never).
+  // Background commands started through this daemon whose end is not on record yet, by pid:
+  // the number of their exec.start (the flight recorder's exec.end is written when a call
+  // first sees the end). Guarded by channels_mu.
+  std::map<int32_t, uint64_t> background;
+  void RememberBackground(int32_t pid, uint64_t command) {
+    std::lock_guard lock(channels_mu);
+    background[pid] = command;
+  }
+  // The command number of background process `pid` if its end is not on record yet; forgets it.
+  std::optional<uint64_t> TakeBackground(int32_t pid) {
+    std::lock_guard lock(channels_mu);
+    auto node = background.extract(pid);
+    if (node.empty()) return std::nullopt;
+    return node.mapped();
+  }
+  // For auto-pause: channels on loan now (a command in the foreground holds one), when the last
+  // one came back (steady clock, ms), after how long idle the sandbox is paused (0: never), and
+  // whether with its memory saved (hibernated) rather than frozen.
   std::atomic<int> in_use{0};
   std::atomic<int64_t> last_used_ms{0};
-  std::atomic<int64_t> auto_hibernate_ms{0};
+  std::atomic<int64_t> auto_pause_ms{0};
+  std::atomic<bool> auto_pause_memory{false};
+  // From the record's resources (kAutoPause, kAutoHibernate).
+  void SetAutoPause(const std::map<std::string, std::string>& resources);
   void Touch();  // last_used_ms = now
 
   // Closes the idle channels (a hibernate: the agent closes every channel anyway).
@@ -89,6 +128,10 @@ struct HeldSandbox {
     std::lock_guard lock(channels_mu);
     env = std::move(sandbox_env);
   }
+  void SetSecretEnv(std::vector<std::string> kv) {
+    std::lock_guard lock(channels_mu);
+    secret_env = std::move(kv);
+  }
 };
 
 // A channel to a sandbox's agent on loan for one operation; given back with Keep() when the
@@ -101,6 +144,7 @@ class AgentChannel {
   // What every command in the sandbox carries (HeldSandbox::env, cwd).
   std::vector<std::string> sandbox_env() const;
   std::string sandbox_cwd() const;
+  HeldSandbox& held() { return *held_; }
   void Keep();
 
  private:
@@ -111,9 +155,12 @@ class AgentChannel {
 
 class SandboxTable {
  public:
-  // Both outlive the table.
-  SandboxTable(store::Store& store, runtime::EngineRegistry& engines)
-      : store_(store), engines_(engines) {}
+  // All three outlive the table.
+  SandboxTable(store::Store& store, runtime::EngineRegistry& engines, Recorder& recorder)
+      : store_(store), engines_(engines), recorder_(recorder) {}
+
+  // Where the services record what happens to a sandbox (docs/design/recorder.md).
+  Recorder& recorder() { return recorder_; }
 
   // nullptr when this daemon does not hold `id`.
   std::shared_ptr<HeldSandbox> Find(const std::string& id);
@@ -135,8 +182,11 @@ class SandboxTable {
   // The record as the API may see it: kNotFound (SandboxNotFound) for unknown, destroyed and
   // pooled sandboxes.
   Result<store::SandboxRecord> Visible(const std::string& id);
+  // What resumes a sandbox the idle sweep paused (Controller::Resume). Call before serving.
+  using Waker = std::function<Status(const std::string& id)>;
+  void SetWaker(Waker wake) { wake_ = std::move(wake); }
   // The sandbox must be held here and running (and visible, unless `allow_pooled`); then a
-  // channel to its agent.
+  // channel to its agent. One the idle sweep paused is resumed first (the waker).
   Result<AgentChannel> Acquire(const std::string& id, bool allow_pooled = false);
   // A channel to the agent of `id`, held here as `held`, without a look at its record.
   Result<AgentChannel> ChannelTo(const std::string& id, std::shared_ptr<HeldSandbox> held);
@@ -144,6 +194,11 @@ class SandboxTable {
   // round trip to its agent, no record read, no stat after.
   Status WriteHeldFile(const std::string& id, std::shared_ptr<HeldSandbox> held,
                        const std::string& path, std::string_view data);
+  // Makes a sandbox with secrets bound trust the daemon's egress CA (`ca_pem`): net::kSandboxCaFile
+  // holds it, and net::kSandboxCaBundle becomes the sandbox's bundle (or, if it has none, the
+  // host's) with it added. Idempotent. Its commands' secret env comes with SetSecretEnv.
+  Status TrustEgressCa(const std::string& id, std::shared_ptr<HeldSandbox> held,
+                       const std::string& ca_pem);
   // The engine's snapshot of a held sandbox's writable layer, under its lifecycle lock (no
   // pause, resume or destroy while it is frozen for the copy).
   Result<runtime::LayerSnapshot> SnapshotLayer(const std::string& id);
@@ -158,8 +213,15 @@ class SandboxTable {
   Error Explain(const std::string& id, Error error);
 
  private:
+  // `record` (of `id`, as Acquire read it), or the record after the waker resumed it when the
+  // idle sweep had paused it.
+  Result<store::SandboxRecord> WakeIfAutoPaused(const std::string& id, bool allow_pooled,
+                                                Result<store::SandboxRecord> record);
+
   store::Store& store_;
   runtime::EngineRegistry& engines_;
+  Recorder& recorder_;
+  Waker wake_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<HeldSandbox>> held_;  // guarded by mu_
 };

@@ -41,15 +41,6 @@ api::EnvMap EnvFromList(const std::vector<std::string>& list) {
   return env;
 }
 
-runtime::Limits LimitsOf(const SandboxRecord& r) {
-  runtime::Limits limits;
-  limits.cpus = r.limits.cpus;
-  limits.memory_mb = static_cast<uint64_t>(r.limits.memory_mb);
-  limits.pids_max = static_cast<uint64_t>(r.limits.pids_max);
-  limits.disk_mb = static_cast<uint64_t>(r.limits.disk_mb);
-  return limits;
-}
-
 // The engine root a sandbox was made on.
 std::string RootOf(const SandboxRecord& r) {
   auto root = r.resources.find(kRoot);

@@ -362,7 +362,9 @@ std::expected<std::unique_ptr<WsSession>, HttpReply> Router::Upgrade(const HttpR
     auto record = controller_.Get(id);
     if (!record) return refuse_error(record.error());
     const store::SandboxState running[] = {store::SandboxState::kRunning};
-    if (auto st = store::RequireState(id, record->state, running); !st) {
+    // One the idle sweep paused is resumed by the command's start (SandboxTable::Acquire).
+    if (auto st = store::RequireState(id, record->state, running);
+        !st && !record->resources.contains(kAutoPaused)) {
       return refuse_error(st.error());
     }
     session = std::make_unique<ExecWsSession>(controller_, id);

@@ -73,37 +73,6 @@ Status ValidateKeyName(std::string_view name) {
   return {};
 }
 
-Status FsyncDir(const std::string& dir) {
-  auto fd = OpenFile(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (!fd) return std::unexpected(std::move(fd.error()));
-  if (RetryEintr([&] { return ::fsync(fd->get()); }) != 0) return FailErrno("fsync " + dir, errno);
-  return {};
-}
-
-// Writes `contents` to `path` so that `path` either does not exist or holds all of it, 0600:
-// a temp file is written and fsynced, then link(2)ed into place (which, like O_EXCL, fails if
-// `path` exists), then the directory is fsynced.
-Status WriteNewPrivateFile(const std::string& dir, const std::string& path,
-                           std::string_view contents) {
-  std::string tmp = path + ".tmp";
-  ::unlink(tmp.c_str());  // left over from a crash in the middle of a previous attempt
-  {
-    auto fd = OpenFile(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (!fd) return std::unexpected(std::move(fd.error()));
-    if (::fchmod(fd->get(), 0600) != 0) return FailErrno("chmod " + tmp, errno);  // vs umask
-    auto written = WriteAll(fd->get(), contents);
-    if (!written) return std::unexpected(std::move(written.error()).Wrap("writing " + tmp));
-    if (RetryEintr([&] { return ::fsync(fd->get()); }) != 0) {
-      return FailErrno("fsync " + tmp, errno);
-    }
-  }
-  int linked = ::link(tmp.c_str(), path.c_str());
-  int link_errno = errno;
-  ::unlink(tmp.c_str());
-  if (linked != 0) return FailErrno("creating " + path, link_errno);
-  return FsyncDir(dir);
-}
-
 // Reads a row selected with kKeyColumns.
 constexpr std::string_view kKeyColumns = "id, name, tenant, created_at_ms, admin, revoked";
 

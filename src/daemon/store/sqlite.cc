@@ -98,12 +98,29 @@ Statement& Statement::Bind(int index, double value) {
   return *this;
 }
 
+Statement& Statement::BindBlob(int index, std::string_view bytes) {
+  int rc = sqlite3_bind_blob64(stmt_.get(), index, bytes.data(), bytes.size(), SQLITE_TRANSIENT);
+  if (bind_rc_ == SQLITE_OK) bind_rc_ = rc;
+  return *this;
+}
+
 Result<bool> Statement::Step() {
   if (bind_rc_ != SQLITE_OK) return std::unexpected(SqliteError(db_, bind_rc_, "binding"));
   int rc = sqlite3_step(stmt_.get());
   if (rc == SQLITE_ROW) return true;
   if (rc == SQLITE_DONE) return false;
   return std::unexpected(SqliteError(db_, rc, "running statement"));
+}
+
+Result<bool> Statement::StepPage(int64_t limit,
+                                 const std::function<void(const Statement&)>& read) {
+  for (int64_t rows = 0;; ++rows) {
+    auto row = Step();
+    if (!row) return std::unexpected(std::move(row.error()));
+    if (!*row) return false;
+    if (rows == limit) return true;
+    read(*this);
+  }
 }
 
 Status Statement::Run() {
@@ -117,6 +134,12 @@ std::string Statement::ColumnText(int col) const {
   if (text == nullptr) return std::string();
   // The byte count, not strlen: values may hold NUL bytes.
   return std::string(text, static_cast<size_t>(sqlite3_column_bytes(stmt_.get(), col)));
+}
+
+std::string Statement::ColumnBlob(int col) const {
+  const auto* bytes = static_cast<const char*>(sqlite3_column_blob(stmt_.get(), col));
+  if (bytes == nullptr) return std::string();
+  return std::string(bytes, static_cast<size_t>(sqlite3_column_bytes(stmt_.get(), col)));
 }
 
 Result<Transaction> Transaction::Begin(Database& db) {

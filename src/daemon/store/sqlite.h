@@ -10,6 +10,7 @@
 #include <sqlite3.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -60,15 +61,23 @@ class Statement {
   Statement& Bind(int index, std::string_view text);
   Statement& Bind(int index, int64_t value);
   Statement& Bind(int index, double value);
+  // Binds bytes as a BLOB (for a BLOB column of a STRICT table; text would be refused there).
+  Statement& BindBlob(int index, std::string_view bytes);
 
   // Runs one step: true while a row is available, false when the statement is done.
   [[nodiscard]] Result<bool> Step();
   // Runs a statement that returns no rows.
   [[nodiscard]] Status Run();
+  // A page of rows: steps a statement bound with LIMIT `limit` + 1, hands each of the first
+  // `limit` rows to `read`, and says whether a row came after them (there are more).
+  [[nodiscard]] Result<bool> StepPage(int64_t limit,
+                                      const std::function<void(const Statement&)>& read);
   // Makes the statement ready to run again, from its first row; bindings stay until rebound.
   void Reset() { sqlite3_reset(stmt_.get()); }
 
   std::string ColumnText(int col) const;
+  // A BLOB column's bytes ("" for NULL or an empty blob).
+  std::string ColumnBlob(int col) const;
   int64_t ColumnInt(int col) const { return sqlite3_column_int64(stmt_.get(), col); }
   double ColumnDouble(int col) const { return sqlite3_column_double(stmt_.get(), col); }
 

@@ -167,12 +167,81 @@ CREATE INDEX sandboxes_by_deadline ON sandboxes (expires_at_ms) WHERE expires_at
 CREATE INDEX sandboxes_pooled ON sandboxes (template_name, created_at_ms) WHERE pooled = 1;
 CREATE INDEX sandboxes_by_tenant ON sandboxes (tenant);
 )sql",
+    // 9: each tenant's secrets (docs/design/secrets-store.md), sealed with AES-256-GCM under
+    // STATE_DIR/secrets.key, which is not in the database: a copy of it reveals no value.
+    R"sql(
+CREATE TABLE secrets (
+  tenant        TEXT NOT NULL,
+  name          TEXT NOT NULL,
+  ciphertext    BLOB NOT NULL CHECK (length(ciphertext) > 16),  -- the sealed value, then its tag
+  nonce         BLOB NOT NULL CHECK (length(nonce) = 12),
+  key_id        TEXT NOT NULL,                                  -- the key that sealed it
+  version       INTEGER NOT NULL CHECK (version >= 1),
+  created_at_ms INTEGER NOT NULL,
+  updated_at_ms INTEGER NOT NULL,
+  PRIMARY KEY (tenant, name)
+) STRICT;
+)sql",
+    // 10: the secrets bound to each sandbox (docs/design/credentials.md): the API's `secrets`
+    // with their placeholders, never a value; '' for none.
+    R"sql(
+ALTER TABLE sandboxes ADD COLUMN secrets TEXT NOT NULL DEFAULT '';
+)sql",
+    // 11: the flight recorder (docs/design/recorder.md): every sandbox's events, numbered per
+    // sandbox, each a type and a JSON object; and its counters, as for the network verdicts.
+    // Both go with the sandbox's record.
+    R"sql(
+CREATE TABLE sandbox_events (
+  sandbox_id TEXT NOT NULL REFERENCES sandboxes (id) ON DELETE CASCADE,
+  seq        INTEGER NOT NULL,
+  at_ms      INTEGER NOT NULL,
+  type       TEXT NOT NULL,
+  data       TEXT NOT NULL,
+  PRIMARY KEY (sandbox_id, seq)
+) STRICT, WITHOUT ROWID;
+CREATE TABLE sandbox_event_counters (
+  sandbox_id TEXT PRIMARY KEY NOT NULL REFERENCES sandboxes (id) ON DELETE CASCADE,
+  last_seq   INTEGER NOT NULL,
+  dropped    INTEGER NOT NULL,
+  trimmed    INTEGER NOT NULL
+) STRICT;
+)sql",
+    // 12: tenant quotas (docs/design/tenancy.md, "Quotas"). A tenant without a row has none; 0
+    // in a column: that kind is unlimited.
+    R"sql(
+CREATE TABLE tenant_quotas (
+  tenant             TEXT PRIMARY KEY NOT NULL,
+  sandboxes          INTEGER NOT NULL CHECK (sandboxes >= 0),
+  cpus               REAL NOT NULL CHECK (cpus >= 0),
+  memory_mb          INTEGER NOT NULL CHECK (memory_mb >= 0),
+  disk_mb            INTEGER NOT NULL CHECK (disk_mb >= 0),
+  creates_per_minute INTEGER NOT NULL CHECK (creates_per_minute >= 0),
+  updated_at_ms      INTEGER NOT NULL
+) STRICT;
+)sql",
+    // 13: what each sandbox used, sampled every few seconds while it lives (docs/design/
+    // metrics.md): the newest few hundred per sandbox, gone with its record.
+    R"sql(
+CREATE TABLE sandbox_metrics (
+  sandbox_id        TEXT NOT NULL REFERENCES sandboxes (id) ON DELETE CASCADE,
+  at_ms             INTEGER NOT NULL,  -- unix ms
+  cpu_seconds       REAL NOT NULL,     -- CPU time used since it started
+  cpu_cores         REAL NOT NULL,     -- cores in use since the sample before (0 for the first)
+  memory_bytes      INTEGER NOT NULL,
+  memory_peak_bytes INTEGER NOT NULL,  -- 0: the engine cannot tell
+  pids              INTEGER NOT NULL,
+  disk_bytes        INTEGER NOT NULL,  -- used in its writable layer
+  net_rx_bytes      INTEGER NOT NULL,  -- received by the sandbox through its network
+  net_tx_bytes      INTEGER NOT NULL,  -- sent by it
+  PRIMARY KEY (sandbox_id, at_ms)
+) STRICT, WITHOUT ROWID;
+)sql",
 };
 
 constexpr std::string_view kColumns =
     "id, state, engine, template_name, cpus, memory_mb, pids_max, disk_mb, env, metadata, "
     "created_at_ms, updated_at_ms, expires_at_ms, engine_state, resources, error, pooled, layers, "
-    "network, tenant";
+    "network, tenant, secrets";
 
 int64_t RealtimeMs() {
   timespec ts{};
@@ -288,7 +357,8 @@ void BindRecord(Statement& stmt, const SandboxRecord& r, const EncodedColumns& e
       .Bind(17, static_cast<int64_t>(r.pooled ? 1 : 0))
       .Bind(18, enc.layers)
       .Bind(19, r.network)
-      .Bind(20, r.tenant);
+      .Bind(20, r.tenant)
+      .Bind(21, r.secrets);
 }
 
 // Reads a row selected with kColumns.
@@ -324,6 +394,7 @@ Result<SandboxRecord> ReadRecord(const Statement& stmt) {
   r.layers = std::move(*layers);
   r.network = stmt.ColumnText(18);
   r.tenant = stmt.ColumnText(19);
+  r.secrets = stmt.ColumnText(20);
   return r;
 }
 
@@ -439,7 +510,7 @@ Result<SandboxRecord> Store::Insert(SandboxRecord record) {
   std::lock_guard lock(mu_);
   record.created_at_ms = record.updated_at_ms = options_.now_ms();
   auto stmt = db_.Prepare("INSERT INTO sandboxes (" + std::string(kColumns) +
-                          ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+                          ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   if (!stmt) return std::unexpected(std::move(stmt.error()));
   BindRecord(*stmt, record, *enc);
   auto done = stmt->Run();  // autocommit: one statement, one durable transaction
@@ -515,7 +586,8 @@ Status Store::UpdateLocked(const SandboxRecord& record) {
       "UPDATE sandboxes SET state = ?2, engine = ?3, template_name = ?4, cpus = ?5, "
       "memory_mb = ?6, pids_max = ?7, disk_mb = ?8, env = ?9, metadata = ?10, "
       "created_at_ms = ?11, updated_at_ms = ?12, expires_at_ms = ?13, engine_state = ?14, "
-      "resources = ?15, error = ?16, pooled = ?17, layers = ?18, network = ?19, tenant = ?20 "
+      "resources = ?15, error = ?16, pooled = ?17, layers = ?18, network = ?19, tenant = ?20, "
+      "secrets = ?21 "
       "WHERE id = ?1");
   if (!stmt) return std::unexpected(std::move(stmt.error()));
   BindRecord(*stmt, record, *enc);
@@ -597,13 +669,21 @@ Result<SandboxRecord> Store::UpdateTtl(std::string_view id, int64_t expires_at_m
   return EditUnlessDestroyed(id, [&](SandboxRecord& r) { r.expires_at_ms = expires_at_ms; });
 }
 
+Result<SandboxRecord> Store::UpdateLimits(std::string_view id, const SandboxLimits& limits) {
+  return EditUnlessDestroyed(id, [&](SandboxRecord& r) { r.limits = limits; });
+}
+
 Result<SandboxRecord> Store::UpdateMetadata(std::string_view id,
                                             std::map<std::string, std::string> metadata) {
   return EditUnlessDestroyed(id, [&](SandboxRecord& r) { r.metadata = std::move(metadata); });
 }
 
-Result<SandboxRecord> Store::UpdateNetwork(std::string_view id, std::string network) {
-  return EditUnlessDestroyed(id, [&](SandboxRecord& r) { r.network = std::move(network); });
+Result<SandboxRecord> Store::UpdateNetwork(std::string_view id, std::string network,
+                                           std::string secrets) {
+  return EditUnlessDestroyed(id, [&](SandboxRecord& r) {
+    r.network = std::move(network);
+    r.secrets = std::move(secrets);
+  });
 }
 
 Result<SandboxRecord> Store::SetRuntimeInfo(std::string_view id, std::string engine_state,

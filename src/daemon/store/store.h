@@ -1,5 +1,6 @@
 #pragma once
-// Store: airlockd's durable records (sandboxes, templates, API keys, network verdicts) in one
+// Store: airlockd's durable records (sandboxes, templates, API keys, network verdicts, sealed
+// secrets) in one
 // SQLite database in WAL mode under the state dir. docs/design/store.md has the schema and the
 // durability argument.
 //
@@ -71,6 +72,9 @@ struct SandboxRecord {
   // The tenant that owns it (docs/design/tenancy.md): the caller's key's tenant at create or
   // fork. Pooled records belong to "admin" until a claim gives them the claimer's.
   std::string tenant = std::string(kAdminTenant);
+  // The secrets bound to it as the API's `secrets` JSON, placeholders included, never a value
+  // (docs/design/credentials.md); "" for none.
+  std::string secrets;
   bool operator==(const SandboxRecord&) const = default;
 };
 
@@ -123,6 +127,97 @@ struct NetworkEventPage {
   int64_t last_seq = 0;    // the newest seq given out (0: none yet)
   int64_t dropped = 0;     // verdicts lost before the store, ever (they have no seq)
   int64_t trimmed = 0;     // stored verdicts removed to keep the newest `keep`
+};
+
+// One event of a sandbox's flight recorder, as stored (docs/design/recorder.md). The API's
+// SandboxEvent schema shows the same fields, `data` as an object.
+struct EventRecord {
+  int64_t seq = 0;    // per sandbox, from 1, in the order the events were recorded; set by the store
+  int64_t at_ms = 0;  // unix ms
+  std::string type;   // "sandbox.created", "exec.start", "net.connect", "proc.exec", ...
+  std::string data;   // a JSON object
+  bool operator==(const EventRecord&) const = default;
+};
+
+// What one write appends for one sandbox: its events, and the network verdicts among them also
+// to the verdicts' own table (GET .../network/events).
+struct EventBatch {
+  std::string sandbox;
+  std::vector<EventRecord> events;           // oldest first; their seq is ignored
+  std::vector<NetworkEventRecord> verdicts;  // likewise
+  int64_t dropped = 0;          // events lost before they reached the store
+  int64_t verdicts_dropped = 0;  // verdicts among them
+};
+
+// One page of a sandbox's events.
+struct EventPage {
+  std::vector<EventRecord> events;  // seq > after, of the types asked for, oldest first
+  bool more = false;     // events after the last one returned are stored (of those types)
+  int64_t last_seq = 0;  // the newest seq given out (0: none yet)
+  int64_t dropped = 0;   // events lost before the store, ever (they have no seq)
+  int64_t trimmed = 0;   // stored events removed to keep the newest `keep`
+};
+
+// One sample of what a sandbox used (docs/design/metrics.md); the API's MetricSample shows the
+// same fields.
+struct MetricSample {
+  int64_t at_ms = 0;  // unix ms
+  double cpu_seconds = 0;
+  double cpu_cores = 0;  // the rate since the sample before
+  int64_t memory_bytes = 0;
+  int64_t memory_peak_bytes = 0;
+  int64_t pids = 0;
+  int64_t disk_bytes = 0;
+  int64_t net_rx_bytes = 0;
+  int64_t net_tx_bytes = 0;
+  bool operator==(const MetricSample&) const = default;
+};
+
+// A sandbox's samples in a window.
+struct MetricPage {
+  std::vector<MetricSample> samples;  // oldest first
+  bool truncated = false;             // older samples in the window were left out (the limit)
+};
+
+// A tenant's secret as stored (docs/design/secrets-store.md): sealed, never in clear. The store
+// neither seals nor opens a value; daemon::SecretStore does, with a key the database never holds.
+struct SecretRecord {
+  std::string tenant;         // ValidateTenant
+  std::string name;           // ValidateSecretName
+  std::string ciphertext;     // AES-256-GCM ciphertext followed by its 16-byte tag
+  std::string nonce;          // 12 bytes, fresh for every write
+  std::string key_id;         // which key sealed it (SecretBox::key_id)
+  int64_t version = 1;        // 1 at create, one more at every update; set by the store
+  int64_t created_at_ms = 0;  // unix ms, set by the store on insert
+  int64_t updated_at_ms = 0;  // unix ms, set by the store on every write
+  bool operator==(const SecretRecord&) const = default;
+};
+
+// kInvalidArgument unless `name` matches [A-Za-z_][A-Za-z0-9_]{0,127} (an environment
+// variable's name).
+[[nodiscard]] Status ValidateSecretName(std::string_view name);
+
+// A tenant's quota (docs/design/tenancy.md, "Quotas"): 0 in a field is unlimited.
+struct TenantQuota {
+  int64_t sandboxes = 0;           // sandboxes at once
+  double cpus = 0;                 // sum of their cpus limits
+  int64_t memory_mb = 0;           // sum of their memory_mb limits
+  int64_t disk_mb = 0;             // sum of their disk_mb limits
+  int64_t creates_per_minute = 0;  // creates (fork and pool claims included) in any minute
+  bool empty() const {
+    return sandboxes == 0 && cpus == 0 && memory_mb == 0 && disk_mb == 0 && creates_per_minute == 0;
+  }
+  bool operator==(const TenantQuota&) const = default;
+};
+
+// What a tenant's sandboxes hold: every record of the tenant that is not pooled, destroyed or
+// failed (creating ones included: a create in flight holds its share).
+struct TenantUsage {
+  int64_t sandboxes = 0;
+  double cpus = 0;
+  int64_t memory_mb = 0;
+  int64_t disk_mb = 0;
+  bool operator==(const TenantUsage&) const = default;
 };
 
 struct ListFilter {
@@ -198,11 +293,16 @@ class Store {
 
   // Sets the absolute TTL deadline (0 clears it). Refused (409) once destroyed.
   [[nodiscard]] Result<SandboxRecord> UpdateTtl(std::string_view id, int64_t expires_at_ms);
+  // Replaces the limits (a live change the engine has applied). Refused (409) once destroyed.
+  [[nodiscard]] Result<SandboxRecord> UpdateLimits(std::string_view id,
+                                                   const SandboxLimits& limits);
   // Replaces the whole metadata map. Refused (409) once destroyed.
   [[nodiscard]] Result<SandboxRecord> UpdateMetadata(std::string_view id,
                                                      std::map<std::string, std::string> metadata);
-  // Replaces the network policy (JSON; "" for mode none); refused once destroyed.
-  [[nodiscard]] Result<SandboxRecord> UpdateNetwork(std::string_view id, std::string network);
+  // Replaces the network policy (JSON; "" for mode none) and the secrets bound (JSON; "" for
+  // none); refused once destroyed.
+  [[nodiscard]] Result<SandboxRecord> UpdateNetwork(std::string_view id, std::string network,
+                                                    std::string secrets);
   // Records what the engine keeps and the daemon's notes, for recovery. Refused (409) once
   // destroyed.
   [[nodiscard]] Result<SandboxRecord> SetRuntimeInfo(std::string_view id, std::string engine_state,
@@ -246,7 +346,7 @@ class Store {
   // Every pool size recorded by SetPoolSize.
   [[nodiscard]] Result<std::map<std::string, int64_t>> PoolSizes();
 
-  // --- Network verdicts (network_events.cc; docs/design/network.md) ----------------------
+  // --- Network verdicts (events.cc; docs/design/network.md) -------------------------------
 
   // Appends each batch's events to its sandbox's, numbered on from its last seq, adds its
   // dropped count, then removes all but the newest `keep` (>= 1) of that sandbox: one
@@ -258,6 +358,32 @@ class Store {
   // its counters. A sandbox with no events (or no record) gets an empty page.
   [[nodiscard]] Result<NetworkEventPage> NetworkEvents(std::string_view id, int64_t after,
                                                        int64_t limit);
+
+  // --- The flight recorder (events.cc; docs/design/recorder.md) -------------------------
+
+  // Appends each batch's events to its sandbox's as AppendNetworkEvents does (numbered on,
+  // its dropped count added, all but the newest `keep` removed), and its verdicts to the
+  // verdicts' table (newest `verdicts_keep` kept): one transaction for every batch. A batch with
+  // dropped events gets a "recorder.dropped" event ({"count": n}) after its own.
+  [[nodiscard]] Status AppendEvents(std::span<const EventBatch> batches, int64_t keep,
+                                    int64_t verdicts_keep);
+  // The sandbox's stored events with seq > `after` whose type is one of `types` or starts with
+  // one of them and a dot ("exec" is exec.start and exec.end; empty: every type), oldest first,
+  // at most `limit` (>= 1), and its counters. No events (or no record): an empty page.
+  [[nodiscard]] Result<EventPage> Events(std::string_view id, int64_t after,
+                                         std::span<const std::string> types, int64_t limit);
+
+  // --- Metrics samples (metric_samples.cc; docs/design/metrics.md) ------------------------
+
+  // Adds one sample for each (sandbox, sample) pair, then keeps the newest `keep` (>= 1) of each
+  // sandbox: one transaction for all. A sandbox with no record (purged meanwhile) is skipped; a
+  // second sample of a sandbox at the same at_ms replaces the first. Samples go with the record.
+  [[nodiscard]] Status AppendMetrics(
+      std::span<const std::pair<std::string, MetricSample>> samples, int64_t keep);
+  // The sandbox's samples with start_ms <= at_ms <= end_ms, oldest first: the newest `limit`
+  // (>= 1) of them when there are more (truncated). Empty for a sandbox with none.
+  [[nodiscard]] Result<MetricPage> Metrics(std::string_view id, int64_t start_ms, int64_t end_ms,
+                                           int64_t limit);
 
   // --- Templates (templates.cc; docs/design/templates.md) ---------------------------------
 
@@ -274,6 +400,33 @@ class Store {
   [[nodiscard]] Status DeleteTemplate(std::string_view name);
   // Every layer digest that a template or a sandbox not yet destroyed or failed refers to.
   [[nodiscard]] Result<std::set<std::string>> LayersInUse();
+
+  // --- Secrets (secrets.cc; docs/design/secrets-store.md) ---------------------------------
+  // Sealed values only. A secret is named within its tenant: (tenant, name) is the key, and
+  // every call names both. kNotFound says "secret 'NAME' does not exist", whoever else has one.
+
+  // Adds a secret at version 1 (ciphertext, nonce and key_id from `record`); kAlreadyExists if
+  // the tenant has one of that name.
+  [[nodiscard]] Result<SecretRecord> InsertSecret(SecretRecord record);
+  // Replaces the sealed value (ciphertext, nonce, key_id) of the tenant's secret `record.name`
+  // and adds one to its version, in one statement; kNotFound if the tenant has none.
+  [[nodiscard]] Result<SecretRecord> UpdateSecret(const SecretRecord& record);
+  [[nodiscard]] Result<SecretRecord> GetSecret(std::string_view tenant, std::string_view name);
+  // The tenant's secrets by name, without their sealed values (ciphertext and nonce empty).
+  [[nodiscard]] Result<std::vector<SecretRecord>> ListSecrets(std::string_view tenant);
+  [[nodiscard]] Status DeleteSecret(std::string_view tenant, std::string_view name);
+  // How many secrets, every tenant's, each key id sealed; empty when there are none.
+  [[nodiscard]] Result<std::map<std::string, int64_t>> CountSecretsByKey();
+
+  // --- Tenant quotas (quotas.cc; docs/design/tenancy.md) ---------------------------------
+
+  // Sets the tenant's quota; an empty one (every field 0) removes it. kInvalidArgument for a
+  // bad tenant or a negative field.
+  [[nodiscard]] Status SetQuota(std::string_view tenant, const TenantQuota& quota);
+  // The tenant's quota; an empty one when none is set.
+  [[nodiscard]] Result<TenantQuota> GetQuota(std::string_view tenant);
+  // What the tenant's sandboxes hold now (TenantUsage).
+  [[nodiscard]] Result<TenantUsage> Usage(std::string_view tenant);
 
   // --- API keys (api_keys.cc) ------------------------------------------------------------
 
@@ -315,6 +468,12 @@ class Store {
   [[nodiscard]] Result<std::optional<SandboxRecord>> TakePooled(
       std::string_view template_name, bool claim,
       const std::function<void(SandboxRecord&)>& mutate);
+  // Appends `count` rows to `table` for one sandbox, numbered on from its row in `counters`,
+  // and keeps the newest `keep` (events.cc). Caller holds mu_, in a transaction.
+  [[nodiscard]] Status AppendLocked(std::string_view table, std::string_view counters,
+                                    std::string_view sandbox, int64_t count,
+                                    int64_t dropped, int64_t keep,
+                                    const std::function<Status(int64_t index, int64_t seq)>& insert);
   [[nodiscard]] Result<KeyInfo> InsertKeyLocked(std::string_view name, std::string_view hash_hex,
                                                 bool admin, std::string_view tenant);
 

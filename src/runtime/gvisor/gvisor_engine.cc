@@ -21,9 +21,11 @@
 
 #include "common/elf.h"
 #include "common/ids.h"
+#include "common/log.h"
 #include "common/subprocess.h"
 #include "common/syscall.h"
 #include "protocol/client.h"
+#include "runtime/cgroup_stats.h"
 #include "runtime/guest.h"
 #include "runtime/guest_files.h"
 #include "runtime/seccomp_policy.h"
@@ -323,6 +325,36 @@ std::vector<std::string> CgroupDirs(const std::string& relative) {
   return dirs;
 }
 
+// Ends a runsc sandbox by its cgroups <parent>/<name>: the Sentry, the gofer and their helpers
+// are all in them, SIGKILLed there until none is left; then the cgroups are removed, and the
+// parents when this was the last sandbox in them (as the jail's are).
+Status RemoveSandboxCgroups(const std::string& parent, const std::string& name) {
+  Status result;
+  const std::vector<std::string> cgroups = CgroupDirs(parent + "/" + name);
+  auto kill_all = [&] {
+    bool any = false;
+    for (const std::string& cgroup : cgroups) {
+      std::ifstream procs(cgroup + "/cgroup.procs");
+      for (pid_t pid; procs >> pid;) {
+        ::kill(pid, SIGKILL);
+        any = true;
+      }
+    }
+    return any;
+  };
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (kill_all() && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (const std::string& cgroup : cgroups) {
+    if (::rmdir(cgroup.c_str()) < 0 && errno != ENOENT && result) {
+      result = FailErrno("removing cgroup " + cgroup, errno);
+    }
+  }
+  for (const std::string& dir : CgroupDirs(parent)) ::rmdir(dir.c_str());
+  return result;
+}
+
 // The OOM kills the kernel counted in a sandbox's memory cgroup (v1: memory.oom_control; v2:
 // memory.events), 0 when it cannot tell.
 uint64_t OomKills(const std::vector<std::string>& cgroups) {
@@ -409,6 +441,15 @@ GvisorEngine::GvisorEngine(GvisorOptions options) : options_(std::move(options))
   capabilities_.platform = options_.platform;
   capabilities_.agent_channel =
       "a unix socket the agent makes in a directory of the host bound into the sandbox";
+  // runsc's trace points, sent to a socket in each sandbox's directory: its path must fit a
+  // sockaddr_un (for the daemon's ids, "sbx-" and 16 characters).
+  const size_t longest = TraceSocket("sbx-0123456789abcdef").size();
+  if (longest >= sizeof(sockaddr_un::sun_path)) {
+    process_events_unavailable_ = "the state dir's path is too long for the trace sockets (" +
+                                  std::to_string(longest) + " bytes, at most " +
+                                  std::to_string(sizeof(sockaddr_un::sun_path) - 1) + ")";
+  }
+  capabilities_.process_events = process_events_unavailable_.empty();
 }
 
 Result<std::unique_ptr<GvisorEngine>> GvisorEngine::Open(GvisorOptions options) {
@@ -434,11 +475,15 @@ Result<std::unique_ptr<GvisorEngine>> GvisorEngine::Open(GvisorOptions options) 
   if (!options.layers) return Fail(ErrorCode::kInvalidArgument, "no layer store");
   if (options.platform == "auto") {
     PlatformChoice choice =
-        ChoosePlatform(options.runsc_path, options.state_dir + "/gvisor-platform-trial");
+        ChoosePlatform(options.runsc_path, options.state_dir + "/gvisor-platform-trial",
+                       options.cgroup_parent);
     options.platform = std::move(choice.platform);
     options.platform_why = "chosen: " + choice.why;
   }
   std::unique_ptr<GvisorEngine> e(new GvisorEngine(std::move(options)));
+  std::error_code ec;
+  fs::create_directories(e->options_.state_dir, ec);
+  if (ec) return Fail(ErrorCode::kInternal, "making " + e->options_.state_dir + ": " + ec.message());
   for (const std::string& dir :
        {e->options_.state_dir + "/gvisor", e->options_.state_dir + "/gvisor/sandboxes",
         e->options_.state_dir + "/gvisor/memory-images"}) {
@@ -527,9 +572,76 @@ bool GvisorEngine::IsHibernated(const std::string& id) {
   return hibernated_.contains(id);
 }
 
-std::vector<std::string> GvisorEngine::RunscFlags(const std::string& id, bool networked) const {
-  return {options_.runsc_path, "--root",  RunscRoot(id), "--platform", options_.platform,
-          "--network",         networked ? "host" : "none",  "--host-uds", "all"};
+std::vector<std::string> GvisorEngine::RunscFlags(const std::string& id, bool networked) {
+  // --cpu-num-from-quota: the Sentry's CPU count (nproc, sched_getaffinity, os.cpu_count()
+  // inside) is ceil(cpus), but never below 2 in this runsc (docs/design/gvisor.md, "Limits seen
+  // from inside"); its memory (MemTotal) follows the memory limit without a flag.
+  std::vector<std::string> flags = {
+      options_.runsc_path, "--root",       RunscRoot(id), "--platform", options_.platform,
+      "--network",         networked ? "host" : "none",  "--host-uds", "all",
+      "--cpu-num-from-quota"};
+  if (Traced(id)) flags.insert(flags.end(), {"--pod-init-config", TraceConfig(id)});
+  return flags;
+}
+
+std::string GvisorEngine::TraceSocket(const std::string& id) const {
+  return SandboxDir(id) + "/trace.sock";
+}
+
+std::string GvisorEngine::TraceConfig(const std::string& id) const {
+  return SandboxDir(id) + "/trace.json";
+}
+
+bool GvisorEngine::Traced(const std::string& id) {
+  std::lock_guard lock(mu_);
+  return watch_ && watch_->Watching(id);
+}
+
+bool GvisorEngine::Trace(const std::string& id, bool running) {
+  TraceWatch* watch = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    watch = watch_.get();
+  }
+  if (!watch) return false;
+  Status st = WriteText(TraceConfig(id), TraceWatch::SessionConfig(TraceSocket(id)), 0600);
+  if (st) st = watch->Add(id, TraceSocket(id));
+  if (st && running) {
+    // --force: the session of the same name, sending to the daemon that is gone, is replaced.
+    st = RunProgramOk({options_.runsc_path, "--root", RunscRoot(id), "trace", "create", "--force",
+                       "--config", TraceConfig(id), id},
+                      "", kRunscTimeout);
+  }
+  if (!st) {
+    spdlog::warn("process events of {}: {}", id, st.error().message());
+    watch->Remove(id);
+    return false;
+  }
+  return true;
+}
+
+Status GvisorEngine::WatchProcesses(runtime::ProcessEventSink sink) {
+  if (!capabilities_.process_events) {
+    return std::unexpected(runtime::Lacks(
+        name(), "process_events",
+        "report the processes of its sandboxes (" + process_events_unavailable_ + ")"));
+  }
+  std::vector<std::pair<std::string, bool>> held;  // id, running
+  {
+    std::lock_guard lock(mu_);
+    if (watch_) return Fail(ErrorCode::kFailedPrecondition, "gVisor's processes are watched already");
+    auto watch = TraceWatch::Start(std::move(sink));
+    if (!watch) return std::unexpected(watch.error().Wrap("watching gVisor's processes"));
+    watch_ = std::move(*watch);
+    for (const std::string& id : live_) held.emplace_back(id, !hibernated_.contains(id));
+  }
+  for (const auto& [id, running] : held) Trace(id, running);
+  return {};
+}
+
+runtime::ProcessEventCounters GvisorEngine::ProcessEventCounts() const {
+  std::lock_guard lock(mu_);
+  return watch_ ? watch_->Counts() : runtime::ProcessEventCounters{};
 }
 
 Result<int> GvisorEngine::StartRunsc(const std::string& id, const std::vector<std::string>& argv,
@@ -645,6 +757,7 @@ Result<std::unique_ptr<runtime::Sandbox>> GvisorEngine::Create(const SandboxSpec
   const json config = RuntimeSpec(spec, dir, options_.agent_path, SeccompPath(), top_dirs_,
                                   usr_dirs_, options_.cgroup_parent);
   if (auto st = WriteText(dir + "/config.json", config.dump(1), 0600); !st) return fail(st.error());
+  Trace(spec.id, /*running=*/false);  // runsc connects as it starts (RunscFlags)
   if (!image.empty()) {
     {
       std::lock_guard lock(mu_);
@@ -684,38 +797,17 @@ Result<std::unique_ptr<runtime::Sandbox>> GvisorEngine::Create(const SandboxSpec
 }
 
 Status GvisorEngine::StopProcesses(const std::string& id) {
-  Status result;
-  // The Sentry, the gofer and their helpers are all in the sandbox's cgroups: SIGKILLed there
-  // until none is left, then the cgroups removed. Not `runsc delete`: it waits a second or more
-  // for a sandbox to stop, and needs state a crash may have lost.
-  const std::vector<std::string> cgroups = CgroupDirs(options_.cgroup_parent + "/" + id);
-  auto kill_all = [&] {
-    bool any = false;
-    for (const std::string& cgroup : cgroups) {
-      std::ifstream procs(cgroup + "/cgroup.procs");
-      for (pid_t pid; procs >> pid;) {
-        ::kill(pid, SIGKILL);
-        any = true;
-      }
-    }
-    return any;
-  };
-  const auto deadline = Clock::now() + std::chrono::seconds(10);
-  while (kill_all() && Clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  for (const std::string& cgroup : cgroups) {
-    if (::rmdir(cgroup.c_str()) < 0 && errno != ENOENT && result) {
-      result = FailErrno("removing cgroup " + cgroup, errno);
-    }
-  }
-  // The last sandbox out removes the parents, as the jail's do.
-  for (const std::string& parent : CgroupDirs(options_.cgroup_parent)) ::rmdir(parent.c_str());
-  return result;
+  // Not `runsc delete`: it waits a second or more for a sandbox to stop, and needs state a crash
+  // may have lost.
+  return RemoveSandboxCgroups(options_.cgroup_parent, id);
 }
 
 Status GvisorEngine::TearDown(const std::string& id) {
   const std::string dir = SandboxDir(id);
+  {
+    std::lock_guard lock(mu_);
+    if (watch_) watch_->Remove(id);
+  }
   // runsc's state goes with the sandbox's directory (its --root is in it).
   Status result = StopProcesses(id);
   for (const char* sub : {"/rootfs", "/disk"}) {
@@ -777,9 +869,12 @@ Result<SandboxInfo> GvisorEngine::Adopt(const std::string& id, const std::string
                   "sandbox " + id + " has no memory image (" + HibernationImage(id) + ")");
     }
     info.engine_state = engine_state;
-    std::lock_guard lock(mu_);
-    live_.insert(id);
-    hibernated_.insert(id);
+    {
+      std::lock_guard lock(mu_);
+      live_.insert(id);
+      hibernated_.insert(id);
+    }
+    Trace(id, /*running=*/false);  // for its wake
     return info;
   }
   auto state = State(id);
@@ -789,6 +884,7 @@ Result<SandboxInfo> GvisorEngine::Adopt(const std::string& id, const std::string
     // A daemon that stopped after a hibernate's checkpoint and before recording it: the sandbox
     // is saved whole, and is restored here, running as its record says.
     (void)ClearRun(id);
+    Trace(id, /*running=*/false);
     auto restored = RestoreFrom(id, image);
     if (!restored) return std::unexpected(restored.error().Wrap("restoring its saved memory"));
     std::error_code ec;
@@ -823,6 +919,7 @@ Result<SandboxInfo> GvisorEngine::Adopt(const std::string& id, const std::string
     std::lock_guard lock(mu_);
     live_.insert(id);
   }
+  Trace(id, /*running=*/true);
   info.engine_state = json{{"pid", pid}}.dump();
   return info;
 }
@@ -854,6 +951,20 @@ Result<runtime::LayerSnapshot> GvisorEngine::SnapshotLayer(const std::string& id
       upper ? options_.layers->Import(upper->get(), 0) : std::unexpected(upper.error());
   if (auto st = Runsc(id, "resume"); !st && layer) return std::unexpected(st.error());
   return layer;
+}
+
+Result<runtime::SandboxStats> GvisorEngine::Stats(const std::string& id) {
+  if (auto st = ValidateSandboxId(id); !st) return std::unexpected(st.error());
+  if (!Holds(id)) return Fail(ErrorCode::kNotFound, "sandbox " + id + " is not held here");
+  if (IsHibernated(id)) {
+    return Fail(ErrorCode::kFailedPrecondition, "sandbox " + id + " is hibernated");
+  }
+  // runsc's cgroups hold the Sentry, the gofer and their threads: the host's view of the
+  // sandbox (its memory is the Sentry's, which includes the sandbox's processes and /tmp).
+  runtime::SandboxStats stats;
+  runtime::ReadCgroupStats(CgroupDirs(options_.cgroup_parent + "/" + id), stats);
+  stats.disk_bytes = runtime::FileSystemUsedBytes(SandboxDir(id) + "/disk");
+  return stats;
 }
 
 Status GvisorEngine::Alive(const std::string& id) {
@@ -1107,12 +1218,15 @@ Status GvisorEngine::Probe() {
   return runtime::ProbeByCreate(*this, std::move(spec));
 }
 
-PlatformChoice ChoosePlatform(const std::string& runsc_path, const std::string& work) {
+PlatformChoice ChoosePlatform(const std::string& runsc_path, const std::string& work,
+                              const std::string& cgroup_parent) {
   const int kvm = ::open("/dev/kvm", O_RDWR | O_CLOEXEC);
   if (kvm < 0) return {"ptrace", std::string("no usable /dev/kvm: ") + std::strerror(errno)};
   ::close(kvm);
   // A sandbox of the host's root, read-only, that runs `true`: on a KVM that cannot run a
-  // guest runsc hangs as the Sentry starts, so the trial has a deadline.
+  // guest runsc hangs as the Sentry starts, so the trial has a deadline. Its cgroups are under
+  // the engine's parent, named for this process (daemons may start side by side), and go after.
+  const std::string cgroup = "platform-trial-" + std::to_string(::getpid());
   std::error_code ec;
   fs::remove_all(work, ec);
   const json config = {
@@ -1126,8 +1240,9 @@ PlatformChoice ChoosePlatform(const std::string& runsc_path, const std::string& 
       {"hostname", "airlock-platform-trial"},
       {"mounts", {{{"destination", "/proc"}, {"type", "proc"}, {"source", "proc"}}}},
       {"linux",
-       {{"namespaces", {{{"type", "pid"}}, {{"type", "ipc"}}, {{"type", "uts"}},
-                        {{"type", "mount"}}}}}}};
+       {{"namespaces",
+         {{{"type", "pid"}}, {{"type", "ipc"}}, {{"type", "uts"}}, {{"type", "mount"}}}},
+        {"cgroupsPath", "/" + cgroup_parent + "/" + cgroup}}}};
   PlatformChoice choice{"ptrace", ""};
   if (auto st = MakeDir(work, 0700); !st) {
     choice.why = "the KVM trial could not be set up: " + st.error().message();
@@ -1154,6 +1269,9 @@ PlatformChoice ChoosePlatform(const std::string& runsc_path, const std::string& 
       del.insert(del.end(), {"delete", "--force", "airlock-platform-trial"});
       (void)RunProgram(del, "", std::chrono::seconds(5));
     }
+  }
+  if (auto removed = RemoveSandboxCgroups(cgroup_parent, cgroup); !removed) {
+    choice.why += " (" + removed.error().message() + ")";
   }
   fs::remove_all(work, ec);
   return choice;

@@ -17,6 +17,7 @@
 
 #include "common/unique_fd.h"
 #include "runtime/engine.h"
+#include "runtime/gvisor/trace_watch.h"
 #include "runtime/layer_store.h"
 #include "runtime/registry.h"
 
@@ -38,13 +39,14 @@ struct GvisorOptions {
 // The platform "auto" picks: kvm when /dev/kvm opens and a runsc sandbox on KVM runs `true`
 // to its end within a few seconds (a device that exists but cannot run a guest, as in some
 // nested VMs, hangs instead), else ptrace; and why, in words. `work` is a scratch directory
-// (made and removed).
+// and the trial's cgroups are <cgroup_parent>/platform-trial-<pid> (both made and removed).
 struct PlatformChoice {
   std::string platform;
   std::string why;
 };
 [[nodiscard]] PlatformChoice ChoosePlatform(const std::string& runsc_path,
-                                            const std::string& work);
+                                            const std::string& work,
+                                            const std::string& cgroup_parent);
 
 // The registry's factory: options (airlockd.toml [engine.gvisor]) runsc, platform,
 // cgroup_parent. kInvalidArgument for an option it does not know or a bad value;
@@ -72,6 +74,8 @@ class GvisorEngine : public runtime::Engine {
   Result<std::vector<std::string>> ListSandboxes() override;
   Status UpdateLimits(const std::string& id, const runtime::Limits& limits) override;
   Result<runtime::LayerSnapshot> SnapshotLayer(const std::string& id) override;
+  // runsc's host cgroups and the writable layer's tmpfs.
+  Result<runtime::SandboxStats> Stats(const std::string& id) override;
   Status Alive(const std::string& id) override;
   Status Pause(const std::string& id) override;
   Status Resume(const std::string& id) override;
@@ -92,6 +96,11 @@ class GvisorEngine : public runtime::Engine {
                                                const ImageSaved& saved) override;
   Status RemoveMemoryImage(const std::string& image) override;
   Result<std::vector<std::string>> ListMemoryImages() override;
+  // Through runsc's trace points (trace_watch.h); unavailable when the state dir's path is too
+  // long for the sockets' (process_events_unavailable() says).
+  Status WatchProcesses(runtime::ProcessEventSink sink) override;
+  runtime::ProcessEventCounters ProcessEventCounts() const override;
+  const std::string& process_events_unavailable() const { return process_events_unavailable_; }
 
   std::string SandboxDir(const std::string& id) const;
 
@@ -113,8 +122,19 @@ class GvisorEngine : public runtime::Engine {
   // Kills every process in the sandbox's cgroups and removes them (and their parents when no
   // sandbox is left in them); its files stay.
   Status StopProcesses(const std::string& id);
-  // The runsc flags a sandbox was started with, which its restore repeats.
-  std::vector<std::string> RunscFlags(const std::string& id, bool networked) const;
+  // The runsc flags a sandbox was started with, which its restore repeats (with its trace
+  // session when it is watched).
+  std::vector<std::string> RunscFlags(const std::string& id, bool networked);
+  // Where a sandbox's trace points are sent, and the session naming it (runsc's
+  // --pod-init-config).
+  std::string TraceSocket(const std::string& id) const;
+  std::string TraceConfig(const std::string& id) const;
+  // With a process watch: listens for sandbox `id`'s trace points (its directory exists) and,
+  // if `running`, has runsc make the session on it anew (an adopted sandbox's Sentry was
+  // sending to the daemon before this one). Failures are logged: the sandbox runs on without
+  // process events. Whether it is watched.
+  bool Trace(const std::string& id, bool running);
+  bool Traced(const std::string& id);
   std::string MemoryImageDir(const std::string& image) const;
   std::string HibernationImage(const std::string& id) const;  // <dir>/memory
   // Whether a sandbox held here can be saved with its memory now: running (not hibernated),
@@ -143,9 +163,11 @@ class GvisorEngine : public runtime::Engine {
   std::vector<std::string> top_dirs_;  // of the host's top-level dirs, those bound (not symlinks)
   std::vector<std::string> usr_dirs_;  // of kHostUsrDirs, those the host has as directories
   bool agent_static_ = true;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::set<std::string> live_;  // made or adopted by this instance, not destroyed
   std::set<std::string> hibernated_;  // of live_, those saved to disk and not running
+  std::unique_ptr<TraceWatch> watch_;  // set once, by WatchProcesses
+  std::string process_events_unavailable_;
 };
 
 }  // namespace airlock::gvisor

@@ -41,6 +41,7 @@ namespace {
 constexpr std::string_view kParentName = "airlock";  // <own>/airlock/<id>
 constexpr std::string_view kLeafName = "airlockd";   // v2: where the daemon itself lives
 constexpr std::array<std::string_view, 4> kV1Controllers = {"memory", "cpu", "pids", "freezer"};
+constexpr std::string_view kV1Accounting = "cpuacct";
 constexpr std::array<std::string_view, 3> kV2Controllers = {"memory", "cpu", "pids"};
 constexpr std::string_view kV2SubtreeControl = "+memory +cpu +pids";
 
@@ -333,6 +334,17 @@ Result<CgroupLayout> DetectV1(const std::string& root, const ProcCgroups& proc,
                       " does not exist: is the hierarchy bind-mounted from a subtree?");
     }
     layout.v1_parents.emplace(std::string(controller), own_dir + "/" + std::string(kParentName));
+  }
+  // cpuacct, where it is mounted apart from cpu, only for the CPU time a sandbox used
+  // (runtime/cgroup_stats.h): optional, since no limit depends on it.
+  if (std::optional<std::string> hierarchy = FindV1Hierarchy(root, kV1Accounting)) {
+    auto own = proc.v1.find(kV1Accounting);
+    std::string own_dir =
+        own == proc.v1.end() ? std::string() : JoinCgroupPath(*hierarchy, own->second);
+    if (!own_dir.empty() && IsDirectory(own_dir)) {
+      layout.v1_parents.emplace(std::string(kV1Accounting),
+                                own_dir + "/" + std::string(kParentName));
+    }
   }
   return layout;
 }
@@ -653,6 +665,33 @@ Result<uint64_t> SandboxCgroup::OomKills() const {
   std::optional<uint64_t> kills = FindCount(*text, "oom_kill");
   if (!kills) return Fail(ErrorCode::kUnimplemented, file + " has no oom_kill count");
   return *kills;
+}
+
+Result<SandboxCgroup::MemoryUse> SandboxCgroup::Memory() const {
+  const std::string dir = Dir("memory");
+  if (dir.empty())
+    return Fail(ErrorCode::kFailedPrecondition, "sandbox cgroup has no memory controller");
+  const bool v2 = version_ == CgroupVersion::kV2;
+  auto number = [](std::string_view text) -> uint64_t {
+    uint64_t value = 0;
+    while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.remove_suffix(1);
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    return ec == std::errc() && end == text.data() + text.size() ? value : 0;  // "max": none
+  };
+  MemoryUse use;
+  auto limit = ReadValue(dir + (v2 ? "/memory.max" : "/memory.limit_in_bytes"));
+  if (!limit) return std::unexpected(std::move(limit.error()));
+  use.limit = number(*limit);
+  auto usage = ReadValue(dir + (v2 ? "/memory.current" : "/memory.usage_in_bytes"));
+  if (!usage) return std::unexpected(std::move(usage.error()));
+  use.usage = number(*usage);
+  auto stat = ReadValue(dir + "/memory.stat");
+  if (!stat) return std::unexpected(std::move(stat.error()));
+  for (std::string_view line : SplitAny(*stat, "\n")) {
+    auto fields = SplitAny(line, " ");
+    if (fields.size() == 2) use.stat[std::string(fields[0])] = number(fields[1]);
+  }
+  return use;
 }
 
 std::vector<std::string> ListSandboxCgroups(const CgroupLayout& layout) {

@@ -68,6 +68,15 @@ class SandboxCgroup {
   [[nodiscard]] Status KillAll(int timeout_ms = 5000) const;
   // KillAll, then removes the directories. Idempotent.
   [[nodiscard]] Status Destroy() const;
+  // The memory cgroup's limit (0: none), use and memory.stat (name -> value), for the view of
+  // /proc/meminfo. v1 names (cache, rss, ...) and v2 names (file, anon, ...) as the kernel
+  // gives them.
+  struct MemoryUse {
+    uint64_t limit = 0;
+    uint64_t usage = 0;
+    std::map<std::string, uint64_t> stat;
+  };
+  [[nodiscard]] Result<MemoryUse> Memory() const;
   // The kernel's count of OOM kills in this cgroup.
   [[nodiscard]] Result<uint64_t> OomKills() const;
   // The directories this sandbox's cgroup consists of.

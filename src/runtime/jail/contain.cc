@@ -161,9 +161,32 @@ Failure MakeSys(const std::string& root, const JailConfig& c) {
       return {"bind cgroup", errno};
     }
   }
+  if (c.limits_view) {
+    // glibc's get_nprocs (sysconf(_SC_NPROCESSORS_ONLN), os.cpu_count()) reads this file.
+    std::string cpu = sys + "/devices/system/cpu";
+    if (MkdirAll(cpu) < 0) return {"mkdir /sys/devices/system/cpu", errno};
+    UniqueFd online(
+        ::open((cpu + "/online").c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444));
+    if (!online) return {"make /sys/devices/system/cpu/online", errno};
+    if (BindWithFlags((c.sandbox_dir + "/view/cpu_online").c_str(), (cpu + "/online").c_str(),
+                      MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC) < 0) {
+      return {"bind cpu view", errno};
+    }
+  }
   if (::mount(nullptr, sys.c_str(), nullptr,
               MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) < 0) {
     return {"read-only /sys", errno};
+  }
+  return {};
+}
+
+// /proc/meminfo shows the sandbox's memory limit and use (the engine rewrites the host file in
+// place); read-only, and the sandbox cannot unmount it (no CAP_SYS_ADMIN once it runs).
+Failure BindMeminfo(const std::string& root, const JailConfig& c) {
+  if (!c.limits_view) return {};
+  if (BindWithFlags((c.sandbox_dir + "/view/meminfo").c_str(), (root + "/proc/meminfo").c_str(),
+                    MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC) < 0) {
+    return {"bind memory view", errno};
   }
   return {};
 }
@@ -445,6 +468,7 @@ Failure ContainProcess(const JailConfig& c, int sync_fd, int agent_fd,
     return {"mount /proc", errno};
   }
   if (Failure f = MaskProc(root); f.step) return f;
+  if (Failure f = BindMeminfo(root, c); f.step) return f;
   if (Failure f = MakeDev(root); f.step) return f;
   if (Failure f = MakeSys(root, c); f.step) return f;
 

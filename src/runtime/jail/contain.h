@@ -59,6 +59,10 @@ struct JailConfig {
   // The sandbox's own cgroup directories, bound read-only at these paths below /sys/fs/cgroup
   // (so the agent can read its memory events and tell an OOM kill): host dir -> inside path.
   std::vector<std::pair<std::string, std::string>> cgroup_binds;
+  // The view of its own limits (docs/design/jail.md, "Limits seen from inside"): the host's
+  // files sandbox_dir/view/meminfo and sandbox_dir/view/cpu_online, bound read-only over
+  // /proc/meminfo and /sys/devices/system/cpu/online. The engine writes and refreshes them.
+  bool limits_view = false;
   std::string agent_path;
   std::vector<std::string> agent_args;  // after argv[0]; the channel is fd 3
   int channel_fd = -1;                  // the agent's channel, inherited by the launcher

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/mman.h>
@@ -29,8 +30,10 @@
 #include "common/log.h"
 #include "common/syscall.h"
 #include "protocol/client.h"
+#include "runtime/cgroup_stats.h"
 #include "runtime/guest_files.h"
 #include "runtime/jail/contain.h"
+#include "runtime/jail/limits_view.h"
 #include "runtime/seccomp_policy.h"
 
 extern char** environ;
@@ -39,6 +42,9 @@ namespace airlock::jail {
 namespace {
 
 namespace fs = std::filesystem;
+
+// How often the viewer thread rewrites every sandbox's /proc/meminfo view.
+constexpr auto kViewRefresh = std::chrono::seconds(1);
 using runtime::SandboxInfo;
 using runtime::SandboxSpec;
 
@@ -168,6 +174,7 @@ Result<std::unique_ptr<JailEngine>> JailEngine::Open(JailOptions options) {
     }
   }
   if (auto st = rt->PrepareTemplates(); !st) return std::unexpected(st.error());
+  rt->viewer_ = std::thread([engine = rt.get()] { engine->RefreshViews(); });
   if (rt->options_.base_usr_local) {
     spdlog::warn("base_usr_local: sandboxes on base see the host's /usr/local (read-only)");
   }
@@ -188,6 +195,14 @@ Result<std::unique_ptr<JailEngine>> JailEngine::Open(JailOptions options) {
   auto high = HighDup(memfd.get());
   if (!high) return std::unexpected(high.error());
   rt->seccomp_bpf_ = std::move(*high);
+  // The flight recorder's processes: a subscription to the kernel's process events, tried now
+  // so that the capability says whether WatchProcesses will work.
+  rt->process_events_unavailable_ = ProcessWatch::CanSubscribe();
+  rt->capabilities_.process_events = rt->process_events_unavailable_.empty();
+  if (!rt->capabilities_.process_events) {
+    spdlog::warn("jail engine: no process events for the flight recorder: {}",
+                 rt->process_events_unavailable_);
+  }
   return rt;
 }
 
@@ -208,6 +223,13 @@ JailEngine::JailEngine(JailOptions options, CgroupLayout layout)
 }
 
 JailEngine::~JailEngine() {
+  watch_.reset();  // its threads joined before anything they read goes
+  {
+    std::lock_guard lock(viewer_mu_);
+    stop_viewer_ = true;
+  }
+  viewer_cv_.notify_all();
+  if (viewer_.joinable()) viewer_.join();
   // rmdir fails (EBUSY, ENOTEMPTY) while any sandbox cgroup is left, which is what we want.
   if (!layout_.v2_parent.empty()) ::rmdir(layout_.v2_parent.c_str());
   for (const auto& [controller, dir] : layout_.v1_parents) ::rmdir(dir.c_str());
@@ -318,6 +340,27 @@ Result<std::unique_ptr<runtime::Sandbox>> JailEngine::Create(const SandboxSpec& 
   if (!made) return fail(made.error());
   cgroup = std::move(*made);
 
+  // What it sees of its limits (limits_view.h): the CPUs it may run on, which the launcher
+  // inherits from this thread (posix_spawn keeps the caller's affinity), and its view files.
+  cpu_set_t own;
+  CPU_ZERO(&own);
+  if (::sched_getaffinity(0, sizeof own, &own) < 0) {
+    return fail(ErrnoError("reading this thread's CPU affinity", errno));
+  }
+  std::vector<int> cpus;
+  {
+    std::lock_guard lock(mu_);
+    cpus = ViewCpus(AllowedCpus(), spec.limits.cpus, next_cpu_++);
+  }
+  if (auto st = MakeDir(dir + "/view", 0755); !st) return fail(st.error());
+  if (auto st = RewriteInPlace(dir + "/view/cpu_online", CpuList(cpus), /*create=*/true); !st) {
+    return fail(st.error());
+  }
+  if (auto st = RewriteInPlace(dir + "/view/meminfo", "", /*create=*/true); !st) {
+    return fail(st.error());
+  }
+  if (auto st = RefreshMeminfo(spec.id, cgroup); !st) return fail(st.error());
+
   // The agent listens on a socket bound here, on the host side: the sandbox cannot see it, and
   // a restarted daemon can reconnect to it.
   auto listener = ListenAgentSocket(dir);
@@ -361,6 +404,7 @@ Result<std::unique_ptr<runtime::Sandbox>> JailEngine::Create(const SandboxSpec& 
   } else if (auto memory = cgroup.Dir("memory"); !memory.empty()) {
     args.insert(args.end(), {"--cgroup-bind", memory + "=/sys/fs/cgroup/memory"});
   }
+  args.push_back("--limits-view");
   args.insert(args.end(), {"--", "--listen-fd", "3", "--root", "/", "--user", spec.user, "--drop-caps",
                            "--log-level", "warn"});
   for (const auto& kv : spec.env) args.insert(args.end(), {"--env", kv});
@@ -375,8 +419,15 @@ Result<std::unique_ptr<runtime::Sandbox>> JailEngine::Create(const SandboxSpec& 
   posix_spawn_file_actions_adddup2(&actions, report_w->get(), 4);
   posix_spawn_file_actions_adddup2(&actions, seccomp_bpf_.get(), 5);
   pid_t launcher = 0;
-  int err = ::posix_spawn(&launcher, options_.launcher_path.c_str(), &actions, nullptr, argv.data(),
-                          environ);
+  const cpu_set_t pinned = CpuSet(cpus);
+  int err = ::sched_setaffinity(0, sizeof pinned, &pinned) < 0 ? errno : 0;
+  if (err == 0) {
+    err = ::posix_spawn(&launcher, options_.launcher_path.c_str(), &actions, nullptr, argv.data(),
+                        environ);
+    if (::sched_setaffinity(0, sizeof own, &own) < 0) {
+      spdlog::error("restoring this thread's CPU affinity: {}", std::strerror(errno));
+    }
+  }
   posix_spawn_file_actions_destroy(&actions);
   theirs->Reset();
   report_w->Reset();
@@ -397,9 +448,12 @@ Result<std::unique_ptr<runtime::Sandbox>> JailEngine::Create(const SandboxSpec& 
   auto channel = ConnectAgentSocket(dir);
   if (!channel) return fail(channel.error());
   Live live{init_pid, *uid_base, cgroup};
+  live.view = true;
+  live.cpus = std::move(cpus);
   SandboxInfo info = Info(spec.id, live);
   {
     std::lock_guard lock(mu_);
+    WatchLocked(spec.id, init_pid, *uid_base);
     live_.emplace(spec.id, std::move(live));
   }
   return std::make_unique<runtime::CreatedSandbox>(std::move(info), std::move(*channel));
@@ -476,8 +530,11 @@ Result<SandboxInfo> JailEngine::Adopt(const std::string& id, const std::string& 
   if (auto st = paused ? cgroup.Freeze() : cgroup.Thaw(); !st) return std::unexpected(st.error());
   uids_.MarkUsed(uid_base);
   Live live{init_pid, uid_base, cgroup, paused};
+  // Made by an airlockd that gave it a view of its limits: it is refreshed on.
+  live.view = ::access((dir + "/view/meminfo").c_str(), F_OK) == 0;
   SandboxInfo info = Info(id, live);
   std::lock_guard lock(mu_);
+  WatchLocked(id, init_pid, uid_base);
   live_.emplace(id, std::move(live));
   return info;
 }
@@ -526,6 +583,7 @@ Status JailEngine::Destroy(const std::string& id) {
       live = std::move(it->second);
       live_.erase(it);
     }
+    if (watch_) watch_->Remove(id);
   }
   if (live) return TearDown(id, live->init_pid, live->uid_base, live->cgroup);
   // Not one of ours (yet): what a crash may have left behind, found by name.
@@ -542,7 +600,56 @@ Status JailEngine::UpdateLimits(const std::string& id, const runtime::Limits& li
   auto it = live_.find(id);
   if (it == live_.end()) return Fail(ErrorCode::kNotFound, "sandbox " + id + " does not exist");
   CgroupLimits cgroup_limits{limits.cpus, limits.memory_mb << 20, limits.pids_max};
-  return WithContext(it->second.cgroup.SetLimits(cgroup_limits), "changing the limits of " + id);
+  Live& live = it->second;
+  if (auto st = live.cgroup.SetLimits(cgroup_limits); !st) {
+    return std::unexpected(st.error().Wrap("changing the limits of " + id));
+  }
+  if (!live.view) return {};
+  // Its view follows: its CPUs (from the first it had, so that it keeps running where it ran)
+  // and its memory.
+  const std::vector<int> allowed = AllowedCpus();
+  size_t start = 0;
+  if (!live.cpus.empty()) {
+    start = static_cast<size_t>(std::ranges::find(allowed, live.cpus.front()) - allowed.begin());
+  }
+  std::vector<int> cpus = ViewCpus(allowed, limits.cpus, start);
+  if (auto st = PinCpus(live.cgroup, cpus); !st) {
+    return std::unexpected(st.error().Wrap("changing the CPUs of " + id));
+  }
+  live.cpus = cpus;
+  if (auto st = RewriteInPlace(SandboxDir(id) + "/view/cpu_online", CpuList(cpus)); !st) {
+    return st;
+  }
+  return RefreshMeminfo(id, live.cgroup);
+}
+
+Status JailEngine::RefreshMeminfo(const std::string& id, const SandboxCgroup& cgroup) {
+  auto host = ReadFileToString("/proc/meminfo", 1 << 16);
+  if (!host) return std::unexpected(host.error().Wrap("reading /proc/meminfo"));
+  auto use = cgroup.Memory();
+  if (!use) return std::unexpected(use.error().Wrap("reading the memory cgroup of " + id));
+  return RewriteInPlace(SandboxDir(id) + "/view/meminfo", Meminfo(*host, *use));
+}
+
+void JailEngine::RefreshViews() {
+  std::unique_lock wait(viewer_mu_);
+  while (!viewer_cv_.wait_for(wait, kViewRefresh, [this] { return stop_viewer_; })) {
+    std::vector<std::pair<std::string, SandboxCgroup>> views;
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& [id, live] : live_) {
+        if (live.view) views.emplace_back(id, live.cgroup);
+      }
+    }
+    wait.unlock();
+    for (const auto& [id, cgroup] : views) {
+      // A sandbox destroyed meanwhile has no file left to write to: nothing is made again.
+      if (auto st = RefreshMeminfo(id, cgroup); !st) {
+        spdlog::debug("limits view of {}: {}", id, st.error().message());
+      }
+    }
+    wait.lock();
+  }
 }
 
 Result<runtime::LayerSnapshot> JailEngine::SnapshotLayer(const std::string& id) {
@@ -589,6 +696,24 @@ Result<runtime::LayerSnapshot> JailEngine::SnapshotLayer(const std::string& id) 
   thaw();
   if (!imported) return std::unexpected(imported.error().Wrap("snapshotting " + id));
   return imported;
+}
+
+Result<runtime::SandboxStats> JailEngine::Stats(const std::string& id) {
+  pid_t init_pid = 0;
+  std::vector<std::string> dirs;
+  {
+    std::lock_guard lock(mu_);
+    auto it = live_.find(id);
+    if (it == live_.end()) return Fail(ErrorCode::kNotFound, "sandbox " + id + " does not exist");
+    init_pid = it->second.init_pid;
+    dirs = it->second.cgroup.dirs();
+  }
+  runtime::SandboxStats stats;
+  runtime::ReadCgroupStats(dirs, stats);
+  // PID 1 holds the root of its writable layer (a tmpfs capped at disk_mb) as fd 4 (contain.h).
+  stats.disk_bytes = runtime::FileSystemUsedBytes("/proc/" + std::to_string(init_pid) + "/fd/" +
+                                                  std::to_string(kWritableLayerFd));
+  return stats;
 }
 
 Status JailEngine::Alive(const std::string& id) {
@@ -648,6 +773,33 @@ Result<runtime::MemoryImage> JailEngine::SaveMemoryImage(const std::string&, con
 
 Status JailEngine::RemoveMemoryImage(const std::string&) {
   return std::unexpected(runtime::Lacks(name(), "memory_fork", "remove a memory image"));
+}
+
+void JailEngine::WatchLocked(const std::string& id, pid_t init_pid, uid_t uid_base) {
+  if (!watch_) return;
+  if (auto st = watch_->Add(id, init_pid, uid_base); !st) {
+    spdlog::warn("process events of {}: {}", id, st.error().message());
+  }
+}
+
+Status JailEngine::WatchProcesses(runtime::ProcessEventSink sink) {
+  if (!capabilities_.process_events) {
+    return std::unexpected(runtime::Lacks(
+        name(), "process_events",
+        "report the processes of its sandboxes (" + process_events_unavailable_ + ")"));
+  }
+  std::lock_guard lock(mu_);
+  if (watch_) return Fail(ErrorCode::kFailedPrecondition, "the jail's processes are watched already");
+  auto watch = ProcessWatch::Start(std::move(sink));
+  if (!watch) return std::unexpected(watch.error().Wrap("watching the jail's processes"));
+  watch_ = std::move(*watch);
+  for (const auto& [id, live] : live_) WatchLocked(id, live.init_pid, live.uid_base);
+  return {};
+}
+
+runtime::ProcessEventCounters JailEngine::ProcessEventCounts() const {
+  std::lock_guard lock(mu_);
+  return watch_ ? watch_->Counts() : runtime::ProcessEventCounters{};
 }
 
 Status JailEngine::Probe() {

@@ -5,14 +5,18 @@
 
 #include <sys/types.h>
 
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "common/unique_fd.h"
 #include "runtime/engine.h"
 #include "runtime/jail/cgroups.h"
+#include "runtime/jail/proc_events.h"
 #include "runtime/jail/uid_allocator.h"
 #include "runtime/layer_store.h"
 #include "runtime/registry.h"
@@ -58,6 +62,8 @@ class JailEngine : public runtime::Engine {
   Result<std::vector<std::string>> ListSandboxes() override;
   Status UpdateLimits(const std::string& id, const runtime::Limits& limits) override;
   Result<runtime::LayerSnapshot> SnapshotLayer(const std::string& id) override;
+  // Its cgroups (v1: cpuacct where mounted; runtime/cgroup_stats.h) and its writable layer.
+  Result<runtime::SandboxStats> Stats(const std::string& id) override;
   Status Alive(const std::string& id) override;
   Status Pause(const std::string& id) override;
   Status Resume(const std::string& id) override;
@@ -67,6 +73,12 @@ class JailEngine : public runtime::Engine {
                                                const ImageSaved& saved) override;
   Status RemoveMemoryImage(const std::string& image) override;
   Result<std::vector<std::string>> ListMemoryImages() override { return {}; }
+  // The kernel's process events connector (proc_events.h); Lacks when Open could not subscribe
+  // (process_events_unavailable() says why).
+  Status WatchProcesses(runtime::ProcessEventSink sink) override;
+  runtime::ProcessEventCounters ProcessEventCounts() const override;
+  // Why capabilities().process_events is false ("" when it is true).
+  const std::string& process_events_unavailable() const { return process_events_unavailable_; }
 
   const CgroupLayout& cgroup_layout() const { return layout_; }
   // Whether the agent is statically linked (a sanitizer build's is not), which a sandbox on its
@@ -85,7 +97,15 @@ class JailEngine : public runtime::Engine {
     uid_t uid_base;
     SandboxCgroup cgroup;
     bool paused = false;
+    // It sees its own limits (limits_view.h): the CPUs it runs on (empty: not known, after an
+    // adopt) and its view files, refreshed by the viewer thread.
+    bool view = false;
+    std::vector<int> cpus;
   };
+  // Rewrites `id`'s meminfo view from its memory cgroup.
+  Status RefreshMeminfo(const std::string& id, const SandboxCgroup& cgroup);
+  // The viewer thread: every sandbox's meminfo, every kViewRefresh.
+  void RefreshViews();
 
   JailEngine(JailOptions options, CgroupLayout layout);
   std::string TemplateDir(bool host_usr) const;
@@ -96,6 +116,8 @@ class JailEngine : public runtime::Engine {
   // what is already gone.
   Status TearDown(const std::string& id, pid_t init_pid, std::optional<uid_t> uid_base,
                   const SandboxCgroup& cgroup);
+  // Tells the process watch, if any, of a sandbox added to live_ (mu_ held).
+  void WatchLocked(const std::string& id, pid_t init_pid, uid_t uid_base);
 
   JailOptions options_;
   CgroupLayout layout_;
@@ -105,8 +127,17 @@ class JailEngine : public runtime::Engine {
   std::vector<std::string> usr_dirs_;  // of kHostUsrDirs, those the host has as directories
   UniqueFd seccomp_bpf_;               // the policy, compiled once: a sealed memfd
   bool agent_static_ = true;
-  std::mutex mu_;
+  std::string process_events_unavailable_;
+  mutable std::mutex mu_;
   std::map<std::string, Live> live_;
+  // Set once by WatchProcesses; told of every sandbox added to or removed from live_ (under mu_).
+  std::unique_ptr<ProcessWatch> watch_;
+  size_t next_cpu_ = 0;  // guarded by mu_: where the next sandbox's CPUs start
+  // The viewer thread and how it is stopped.
+  std::mutex viewer_mu_;
+  std::condition_variable viewer_cv_;
+  bool stop_viewer_ = false;
+  std::thread viewer_;
 };
 
 }  // namespace airlock::jail

@@ -11,6 +11,8 @@
 //                [--usr-dir NAME]... (of the host's /usr, kHostUsrDirs) [--host-usr-local]
 //                [--layer DIR]... (topmost first) [--rootfs] (the layers hold a whole root)
 //                [--netns PATH --nameserver IP] (join a network namespace the host made)
+//                [--limits-view] (SANDBOX_DIR/view/{meminfo,cpu_online} over /proc/meminfo and
+//                /sys/devices/system/cpu/online, read-only)
 //                [-- AGENT-ARGS...]
 
 #include <getopt.h>
@@ -70,7 +72,8 @@ int main(int argc, char** argv) {
     kNetns,
     kNameserver,
     kUsrDir,
-    kHostUsrLocal
+    kHostUsrLocal,
+    kLimitsView
   };
   static const option kLong[] = {{"id", required_argument, nullptr, kId},
                                  {"sandbox-dir", required_argument, nullptr, kDir},
@@ -92,6 +95,7 @@ int main(int argc, char** argv) {
                                  {"nameserver", required_argument, nullptr, kNameserver},
                                  {"usr-dir", required_argument, nullptr, kUsrDir},
                                  {"host-usr-local", no_argument, nullptr, kHostUsrLocal},
+                                 {"limits-view", no_argument, nullptr, kLimitsView},
                                  {nullptr, 0, nullptr, 0}};
   int opt;
   while ((opt = getopt_long(argc, argv, "", kLong, nullptr)) != -1) {
@@ -172,6 +176,9 @@ int main(int argc, char** argv) {
         break;
       case kHostUsrLocal:
         c.host_usr_local = true;
+        break;
+      case kLimitsView:
+        c.limits_view = true;
         break;
       default:
         Usage("unknown option");

@@ -622,6 +622,41 @@ TEST(NetworkEventsQueryTest, AfterAndLimitAreBoundedDecimals) {
   EXPECT_FALSE(NetworkEventsQuery::FromQuery({{"after", "1"}, {"after", "2"}}).has_value());
 }
 
+TEST(EventsQueryTest, TypesFollowAndFormat) {
+  auto none = EventsQuery::FromQuery({});
+  ASSERT_TRUE(none.has_value());
+  EXPECT_EQ(none->after, 0);
+  EXPECT_EQ(none->limit, EventsQuery::kMaxLimit);
+  EXPECT_TRUE(none->types.empty());
+  EXPECT_FALSE(none->follow);
+  EXPECT_EQ(none->format, EventsQuery::Format::kPage);
+  auto all = EventsQuery::FromQuery(
+      {{"after", "5"}, {"limit", "2"}, {"type", "exec,net.dns,sandbox"}, {"follow", "1"}});
+  ASSERT_TRUE(all.has_value()) << all.error().message();
+  EXPECT_EQ(all->after, 5);
+  EXPECT_EQ(all->limit, 2);
+  EXPECT_EQ(all->types, (std::vector<std::string>{"exec", "net.dns", "sandbox"}));
+  EXPECT_TRUE(all->follow);
+  EXPECT_EQ(all->format, EventsQuery::Format::kServerSentEvents) << "follow's default";
+  auto lines = EventsQuery::FromQuery({{"format", "jsonl"}});
+  ASSERT_TRUE(lines.has_value());
+  EXPECT_EQ(lines->format, EventsQuery::Format::kJsonLines);
+  const std::pair<const char*, std::string> bad[] = {
+      {"type", ""},          {"type", "exec,"},      {"type", "Exec"},  {"type", "net-dns"},
+      {"type", "a%"},        {"type", std::string(33, 'a')},           {"format", "xml"},
+      {"follow", "maybe"},   {"after", "-1"},         {"limit", "0"},    {"since", "1"}};
+  for (const auto& [name, value] : bad) {
+    auto q = EventsQuery::FromQuery({{name, value}});
+    ASSERT_FALSE(q.has_value()) << name << "=" << value;
+    EXPECT_EQ(q.error().code(), ErrorCode::kInvalidArgument);
+  }
+  std::string seventeen;
+  for (int i = 0; i < 17; ++i) seventeen += std::string(i ? "," : "") + "exec";
+  EXPECT_FALSE(EventsQuery::FromQuery({{"type", seventeen}}).has_value());
+  EXPECT_FALSE(EventsQuery::FromQuery({{"follow", "1"}, {"format", "json"}}).has_value())
+      << "a page cannot be followed";
+}
+
 TEST(ListFilterTest, StateAndMetadata) {
   auto params = ParseQueryString("state=running&metadata.team=ml&metadata.run=7&&");
   ASSERT_TRUE(params.has_value());
@@ -1063,6 +1098,113 @@ TEST(TenancyTypesTest, SandboxAndTemplateJsonShowTheTenant) {
   TemplateView own = shared;
   own.tenant = "team-a";
   EXPECT_EQ(json::parse(RenderTemplate(own))["tenant"], "team-a");
+}
+
+// --- Secrets (docs/secrets.md) ---------------------------------------------------------------
+
+TEST(SecretTypesTest, RequestsTakeANameAndAValue) {
+  auto made = CreateSecretRequest::FromJson(R"({"name": "GITHUB_TOKEN", "value": "ghp_x y\tz"})");
+  ASSERT_TRUE(made.has_value()) << made.error().message();
+  EXPECT_EQ(made->name, "GITHUB_TOKEN");
+  EXPECT_EQ(made->value, "ghp_x y\tz");
+  auto rotated = UpdateSecretRequest::FromJson(R"({"value": "\u00e9t\u00e9"})");
+  ASSERT_TRUE(rotated.has_value()) << rotated.error().message();
+  EXPECT_EQ(rotated->value, "\xc3\xa9t\xc3\xa9");
+  EXPECT_TRUE(CreateSecretRequest::FromJson(
+                  json{{"name", std::string(128, 'N')}, {"value", std::string(65536, 'v')}}.dump())
+                  .has_value());
+}
+
+// Every refusal of a body that carries a value says what is wrong and holds none of the value:
+// not through the JSON parser's "last read", a type's description or a quoted name.
+TEST(SecretTypesTest, RefusalsNeverShowTheValue) {
+  const std::string v = "s3cr3t-ghp_0123456789abcdef";
+  struct Case {
+    std::string body;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {R"({"name": "T", "value": ")" + v + "\n" + R"("})", "control character U+000A"},
+      {R"({"name": "T", "value": ")" + v + R"(\n"})", "must not contain CR, LF or NUL"},
+      {R"({"name": "T", "value": ")" + v + R"(\r"})", "must not contain CR, LF or NUL"},
+      {R"({"name": "T", "value": ")" + v + R"(\u0000"})", "must not contain CR, LF or NUL"},
+      {R"({"name": "T", "value": ")" + v + "\xff" + R"("})", "ill-formed UTF-8"},
+      {R"({"name": "T", "value": ")" + v + R"(\ud800"})", "surrogate"},
+      {R"({"name": "T", "value": )" + v + "}", "invalid literal"},
+      {R"({"name": "T", "value": ")" + v, "not valid JSON"},
+      {R"({"name": "T", "value": [")" + v + R"("]})", "value must be a string, got array"},
+      {R"({"name": "T", "value": {"v": ")" + v + R"("}})", "value must be a string, got object"},
+      {R"({"name": ")" + v + R"(", "value": "GITHUB_TOKEN"})", "a secret name must match"},
+      {R"({"name": [")" + v + R"("], "value": "x"})", "name must be a string, got array"},
+      {R"({"name": "T", "value": ")" + v + R"(", "valu": 1})", "unknown field \"valu\""},
+      {R"({"name": "T", "value": ")" + v + R"(", "value": "x"})", "duplicate key \"value\""},
+      {R"({"name": "T", "value": ""})", "value must be 1-65536 bytes, got 0"},
+      {json{{"name", "T"}, {"value", v + std::string(65536, 'x')}}.dump(),
+       "value must be 1-65536 bytes, got 65563"},
+      {R"({"value": ")" + v + R"("})", "name is required"},
+      {R"({"name": "T"})", "value is required"},
+      {R"({"name": "1T", "value": ")" + v + R"("})", "a secret name must match"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.body.substr(0, 120));
+    auto made = CreateSecretRequest::FromJson(c.body);
+    ASSERT_FALSE(made.has_value());
+    EXPECT_EQ(made.error().code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(made.error().message().find(c.expected), std::string::npos) << made.error().message();
+    EXPECT_EQ(made.error().message().find("s3cr3t"), std::string::npos) << made.error().message();
+    EXPECT_EQ(made.error().message().find("0123456789"), std::string::npos);
+  }
+  // The same parser for updates; an update names no secret in its body.
+  auto update = UpdateSecretRequest::FromJson(R"({"value": ")" + v + "\n" + R"("})");
+  ASSERT_FALSE(update.has_value());
+  EXPECT_EQ(update.error().message().find("s3cr3t"), std::string::npos);
+  auto named = UpdateSecretRequest::FromJson(R"({"name": "T", "value": ")" + v + R"("})");
+  ASSERT_FALSE(named.has_value());
+  EXPECT_NE(named.error().message().find("unknown field \"name\""), std::string::npos);
+  // The control: ParseJsonObject itself does show what it read (which is why secrets have
+  // their own parse).
+  auto plain = ParseJsonObject(R"({"value": ")" + v + "\n" + R"("})");
+  ASSERT_FALSE(plain.has_value());
+  EXPECT_NE(plain.error().message().find("s3cr3t"), std::string::npos);
+}
+
+TEST(SecretTypesTest, ASecretRendersItsMetadataOnly) {
+  using namespace std::chrono;
+  const auto t = system_clock::time_point{} + 1'700'000'000'123ms;
+  const json one = json::parse(
+      RenderSecret({.name = "GITHUB_TOKEN", .version = 3, .created_at = t, .updated_at = t + 1s}));
+  EXPECT_EQ(one, json({{"name", "GITHUB_TOKEN"},
+                       {"version", 3},
+                       {"created_at", "2023-11-14T22:13:20.123Z"},
+                       {"updated_at", "2023-11-14T22:13:21.123Z"}}));
+  const SecretView views[] = {{.name = "A", .version = 1}, {.name = "B", .version = 2}};
+  const json list = json::parse(RenderSecretList(views));
+  ASSERT_EQ(list["secrets"].size(), 2u);
+  EXPECT_EQ(list["secrets"][1]["name"], "B");
+  EXPECT_EQ(json::parse(RenderSecretList({})), json({{"secrets", json::array()}}));
+}
+
+TEST(SecretTypesTest, TheQueryNamesATenantAtMostOnce) {
+  auto none = SecretsQuery::FromQuery({});
+  ASSERT_TRUE(none.has_value());
+  EXPECT_FALSE(none->tenant.has_value());
+  auto one = SecretsQuery::FromQuery({{"tenant", "team-a"}});
+  ASSERT_TRUE(one.has_value());
+  EXPECT_EQ(one->tenant, "team-a");
+  EXPECT_FALSE(SecretsQuery::FromQuery({{"tenant", "a"}, {"tenant", "b"}}).has_value());
+  EXPECT_FALSE(SecretsQuery::FromQuery({{"tenant", "not one"}}).has_value());
+  EXPECT_FALSE(SecretsQuery::FromQuery({{"state", "running"}}).has_value());
+}
+
+TEST(SecretTypesTest, NamesAreEnvironmentVariableNames) {
+  for (std::string_view good : {"A", "_", "_9", "GITHUB_TOKEN", "lower_case"}) {
+    EXPECT_TRUE(CheckSecretName(good).has_value()) << good;
+  }
+  EXPECT_TRUE(CheckSecretName(std::string(128, 'A')).has_value());
+  for (std::string_view bad : {"", "9A", "A-B", "A.B", "A B", "A=B", "caf\xc3\xa9", "A\nB"}) {
+    EXPECT_FALSE(CheckSecretName(bad).has_value()) << bad;
+  }
+  EXPECT_FALSE(CheckSecretName(std::string(129, 'A')).has_value());
 }
 
 }  // namespace

@@ -16,6 +16,7 @@ using airlock::daemon::Metrics;
 using airlock::daemon::OnShutdown;
 using airlock::daemon::PoolStats;
 using airlock::daemon::RenderPoolMetrics;
+using airlock::daemon::RenderSecretMetrics;
 using airlock::daemon::RenderVerdictMetrics;
 
 TEST(ConfigTest, DefaultsAreTheDocumentedOnes) {
@@ -221,6 +222,12 @@ TEST(MetricsTest, VerdictSeries) {
   EXPECT_EQ(Sample(t, R"(airlock_network_verdicts_total{verdict="denied"})"), 2);
   EXPECT_EQ(Sample(t, R"(airlock_network_verdicts_total{verdict="closed"})"), 1);
   EXPECT_EQ(Sample(t, "airlock_network_verdicts_dropped_total"), 9);
+}
+
+TEST(MetricsTest, SecretsAreOneGauge) {
+  const std::string t = "\n" + RenderSecretMetrics(7);
+  EXPECT_NE(t.find("# TYPE airlock_secrets gauge\n"), std::string::npos) << t;
+  EXPECT_EQ(Sample(t, "airlock_secrets"), 7);
 }
 
 TEST(MetricsTest, CountsAndCumulativeBuckets) {

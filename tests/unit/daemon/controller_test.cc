@@ -16,12 +16,15 @@
 
 #include "runtime/guest.h"
 #include "support/fake_engine.h"
+#include "support/prometheus.h"
 
 namespace airlock::daemon {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::ExpositionProblems;
 using testing::FakeEngine;
+using testing::SeriesValue;
 
 class ControllerTest : public ::testing::Test {
  protected:
@@ -32,6 +35,7 @@ class ControllerTest : public ::testing::Test {
     auto store = store::Store::Open(dir_ + "/store.db");
     ASSERT_TRUE(store) << store.error().message();
     store_ = std::move(*store);
+    recorder_ = std::make_unique<Recorder>(*store_);
     Start({"fake"});
   }
   void TearDown() override {
@@ -46,6 +50,7 @@ class ControllerTest : public ::testing::Test {
         for (const std::string& id : *left) (void)sweeper.Destroy(id);
       }
     }
+    recorder_.reset();  // writes what it holds to the store first
     store_.reset();
     std::error_code ec;
     fs::remove_all(dir_, ec);
@@ -63,7 +68,7 @@ class ControllerTest : public ::testing::Test {
       made.push_back(std::make_unique<FakeEngine>(dir_, AIRLOCK_AGENT_PATH, layers.get(), name));
     }
     registry_ = runtime::EngineRegistry::With(std::move(made), std::move(layers), engines.front());
-    controller_ = std::make_unique<Controller>(*store_, *registry_);
+    controller_ = std::make_unique<Controller>(*store_, *registry_, *recorder_);
   }
 
   store::SandboxRecord Create(api::CreateSandboxRequest request = {}) {
@@ -81,6 +86,7 @@ class ControllerTest : public ::testing::Test {
 
   std::string dir_;
   std::unique_ptr<store::Store> store_;
+  std::unique_ptr<Recorder> recorder_;
   std::unique_ptr<runtime::EngineRegistry> registry_;
   std::unique_ptr<Controller> controller_;
 };
@@ -336,6 +342,83 @@ TEST_F(ControllerTest, AWarmPoolServesACreateWithTheRequestsSettings) {
   EXPECT_EQ(Run(r.id, "echo \"$GREETING\""), "from the claim\n")
       << "the claim's env reaches its commands";
   controller_->pools().StopFiller();
+}
+
+// --- Metrics per sandbox (sampler.h) ----------------------------------------------------------
+
+TEST_F(ControllerTest, TheSamplerRecordsWhatEachLiveSandboxUsesAndTotalsIt) {
+  controller_->sampler().Start(std::chrono::milliseconds(0), /*keep=*/3);  // no thread
+  store::SandboxRecord a = Create();
+  api::CreateSandboxRequest other;
+  other.tenant = "team-b";
+  store::SandboxRecord b = Create(other);
+  EXPECT_EQ(controller_->sampler().Sample(), 2) << "one sample per live sandbox";
+  auto first = controller_->Metrics(a.id, {});
+  ASSERT_TRUE(first) << first.error().message();
+  ASSERT_EQ(first->samples.size(), 1u);
+  EXPECT_EQ(first->samples[0].cpu_cores, 0) << "no rate without a sample before";
+  EXPECT_GT(first->samples[0].memory_bytes, 0);
+  EXPECT_GE(first->samples[0].pids, 1);
+
+  // CPU burnt by a command and a file written show in the next sample. (The FakeEngine's
+  // commands run on the host: the file goes through the file API, confined to its root.)
+  Run(a.id, "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; echo done");
+  api::FileQuery blob;
+  blob.path = "blob";
+  ASSERT_TRUE(controller_->files().WriteFile(a.id, blob, std::string(200000, 'x')));
+  EXPECT_EQ(controller_->sampler().Sample(), 2);
+  auto second = controller_->Metrics(a.id, {});
+  ASSERT_EQ(second->samples.size(), 2u);
+  const store::MetricSample& now = second->samples[1];
+  EXPECT_GT(now.cpu_seconds, first->samples[0].cpu_seconds);
+  EXPECT_GT(now.cpu_cores, 0);
+  EXPECT_GE(now.disk_bytes, 200000);
+  EXPECT_GT(now.at_ms, first->samples[0].at_ms - 1);
+
+  // Totals per engine and per tenant, never per sandbox; valid exposition text.
+  const std::string text = RenderUsageMetrics(controller_->sampler().Totals());
+  EXPECT_EQ(ExpositionProblems(text), "") << text;
+  EXPECT_EQ(text.find(a.id), std::string::npos) << "no per-sandbox label";
+  EXPECT_EQ(SeriesValue(text, R"(airlock_usage_sandboxes{engine="fake",state="running"})"), 2) << text;
+  EXPECT_EQ(SeriesValue(text, R"(airlock_usage_sandboxes{tenant="team-b",state="running"})"), 1) << text;
+  EXPECT_GT(SeriesValue(text, R"(airlock_usage_cpu_seconds_total{tenant="admin"})"), 0) << text;
+  EXPECT_GT(SeriesValue(text, R"(airlock_usage_memory_bytes{engine="fake"})"), 0) << text;
+  EXPECT_EQ(SeriesValue(text, "airlock_metrics_sampling_passes_total"), 2) << text;
+
+  // Bounded: the newest `keep` stay. Kept after the destroy (not sampled any more), until the
+  // record is purged.
+  for (int i = 0; i < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // distinct at_ms
+    controller_->sampler().Sample();
+  }
+  EXPECT_EQ(controller_->Metrics(a.id, {})->samples.size(), 3u);
+  ASSERT_TRUE(controller_->Destroy(b.id));
+  EXPECT_EQ(controller_->sampler().Sample(), 1);
+  auto kept = controller_->Metrics(b.id, {});
+  ASSERT_TRUE(kept) << kept.error().message();
+  EXPECT_EQ(kept->samples.size(), 3u);
+  const std::string after = RenderUsageMetrics(controller_->sampler().Totals());
+  EXPECT_EQ(SeriesValue(after, R"(airlock_usage_sandboxes{tenant="team-b",state="running"})"), -1);
+  EXPECT_GT(SeriesValue(after, R"(airlock_usage_cpu_seconds_total{engine="fake"})"),
+            SeriesValue(text, R"(airlock_usage_cpu_seconds_total{engine="fake"})") - 1e-9)
+      << "a counter never goes down";
+  EXPECT_EQ(controller_->Metrics("sbx-unknown1", {}).error().code(), ErrorCode::kNotFound);
+}
+
+TEST_F(ControllerTest, AutoPauseIsRefusedOnAnEngineWithoutPause) {
+  api::CreateSandboxRequest request;
+  request.auto_pause_seconds = 30;
+  auto refused = controller_->Create(request);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), ErrorCode::kFailedPrecondition);
+  EXPECT_NE(refused.error().message().find("pause"), std::string::npos)
+      << refused.error().message();
+  request.auto_pause_memory = true;
+  refused = controller_->Create(request);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message().find("memory_checkpoint"), std::string::npos)
+      << refused.error().message();
+  EXPECT_TRUE(controller_->List({})->empty()) << "nothing made";
 }
 
 }  // namespace

@@ -60,10 +60,46 @@ std::string RawQuery(const std::string& db_path, const std::string& sql) {
   return out;
 }
 
+// Takes a database back to schema version 12: no metric samples.
+void UndoMetricsMigration(const std::string& db_path) {
+  RawQuery(db_path, "DROP TABLE sandbox_metrics");
+  RawQuery(db_path, "PRAGMA user_version = 12");
+}
+
+// Takes a database back to schema version 11: no tenant quotas.
+void UndoQuotasMigration(const std::string& db_path) {
+  UndoMetricsMigration(db_path);
+  RawQuery(db_path, "DROP TABLE tenant_quotas");
+  RawQuery(db_path, "PRAGMA user_version = 11");
+}
+
+// Takes a database back to schema version 10: no flight recorder.
+void UndoRecorderMigration(const std::string& db_path) {
+  UndoQuotasMigration(db_path);
+  RawQuery(db_path, "DROP TABLE sandbox_events");
+  RawQuery(db_path, "DROP TABLE sandbox_event_counters");
+  RawQuery(db_path, "PRAGMA user_version = 10");
+}
+
+// Takes a database back to schema version 9: sandboxes without the secrets bound to them.
+void UndoBoundSecretsMigration(const std::string& db_path) {
+  UndoRecorderMigration(db_path);
+  RawQuery(db_path, "ALTER TABLE sandboxes DROP COLUMN secrets");
+  RawQuery(db_path, "PRAGMA user_version = 9");
+}
+
+// Takes a database back to schema version 8, as an Airlock without secrets left it.
+void UndoSecretsMigration(const std::string& db_path) {
+  UndoBoundSecretsMigration(db_path);
+  RawQuery(db_path, "DROP TABLE secrets");
+  RawQuery(db_path, "PRAGMA user_version = 8");
+}
+
 // Takes a database back to schema version 7, as an Airlock without hibernation left it: the
 // sandboxes table made again with the old CHECK on its state (the rows kept; foreign keys are
 // off on this connection, so the network events stay).
 void UndoHibernatedMigration(const std::string& db_path) {
+  UndoSecretsMigration(db_path);
   RawQuery(db_path, R"sql(CREATE TABLE sandboxes_old (
   id TEXT PRIMARY KEY NOT NULL,
   state TEXT NOT NULL CHECK (state IN
@@ -1257,7 +1293,8 @@ TEST_F(StoreTest, MigrationFromVersionFourAddsTheVerdictTablesAndKeepsRecords) {
   ASSERT_EQ(RawQuery(db_path_, "SELECT count(*) FROM sqlite_master WHERE name LIKE 'network%'"),
             "0");
   Reopen();
-  EXPECT_EQ(RawQuery(db_path_, "PRAGMA user_version"), "8");
+  EXPECT_EQ(RawQuery(db_path_, "PRAGMA user_version"),
+            std::to_string(Store::CurrentSchemaVersion()));
   EXPECT_EQ(RawQuery(db_path_, "SELECT count(*) FROM sqlite_master WHERE name LIKE 'network%'"),
             "2");
   auto old = store_->Get("sbx-old");
@@ -1278,7 +1315,8 @@ TEST_F(StoreTest, MigrationFromVersionSixMovesTheAgentsPidIntoEngineState) {
                      "'{\"uid_base\":\"65536\",\"dir\":\"/x\",\"cgroup0\":\"/c\","
                      "\"net.slot\":\"3\"}' WHERE id = 'sbx-old'");
   Reopen();
-  EXPECT_EQ(RawQuery(db_path_, "PRAGMA user_version"), "8");
+  EXPECT_EQ(RawQuery(db_path_, "PRAGMA user_version"),
+            std::to_string(Store::CurrentSchemaVersion()));
   EXPECT_EQ(RawQuery(db_path_, "SELECT count(*) FROM pragma_table_info('sandboxes') "
                                "WHERE name = 'init_pid'"),
             "0");
@@ -1305,7 +1343,8 @@ TEST_F(StoreTest, MigrationFromVersionSevenAllowsHibernatedAndKeepsEverything) {
   RawQuery(db_path_, "UPDATE sandboxes SET state = 'hibernated' WHERE id = 'sbx-old'");
   ASSERT_EQ(RawQuery(db_path_, "SELECT state FROM sandboxes WHERE id = 'sbx-old'"), "running");
   Reopen();
-  EXPECT_EQ(RawQuery(db_path_, "PRAGMA user_version"), "8");
+  EXPECT_EQ(RawQuery(db_path_, "PRAGMA user_version"),
+            std::to_string(Store::CurrentSchemaVersion()));
   auto old = store_->Get("sbx-old");
   ASSERT_TRUE(old.has_value()) << old.error().message();
   EXPECT_EQ(old->state, S::kRunning);
@@ -1341,8 +1380,9 @@ TEST_F(StoreTest, MigrationFromVersionFiveGivesEveryOldRowToAdmin) {
             "0");
 
   Reopen();
-  EXPECT_EQ(RawQuery(db_path_, "PRAGMA user_version"), "8");
-  EXPECT_EQ(Store::CurrentSchemaVersion(), 8);
+  EXPECT_EQ(RawQuery(db_path_, "PRAGMA user_version"),
+            std::to_string(Store::CurrentSchemaVersion()));
+  EXPECT_EQ(Store::CurrentSchemaVersion(), 13);
   auto old = store_->Get("sbx-old");
   ASSERT_TRUE(old.has_value());
   EXPECT_EQ(old->tenant, "admin");
@@ -1442,6 +1482,314 @@ TEST_F(StoreTest, TemplatesKeepTheirTenant) {
   TemplateRecord bad = MakeTemplate("bad");
   bad.tenant = "no spaces";
   EXPECT_EQ(store_->InsertTemplate(bad).error().code(), ErrorCode::kInvalidArgument);
+}
+
+// --- Secrets (docs/design/secrets-store.md) --------------------------------------------------
+
+// A sealed value as the store takes it: the store never looks inside, so any bytes do.
+SecretRecord Sealed(std::string tenant, std::string name, std::string ciphertext) {
+  return SecretRecord{.tenant = std::move(tenant),
+                      .name = std::move(name),
+                      .ciphertext = std::move(ciphertext),
+                      .nonce = std::string("\0nonce-12b\xff\x01", 12),
+                      .key_id = "key-1"};
+}
+
+TEST_F(StoreTest, SecretsAreStoredSealedAndNumberedPerWrite) {
+  const std::string bytes("\x00\x01ciphertext+tag\xff\x00bytes", 31);
+  auto made = store_->InsertSecret(Sealed("team-a", "GITHUB_TOKEN", bytes));
+  ASSERT_TRUE(made.has_value()) << made.error().message();
+  EXPECT_EQ(made->version, 1);
+  EXPECT_EQ(made->created_at_ms, kT0);
+  EXPECT_EQ(made->updated_at_ms, kT0);
+
+  auto got = store_->GetSecret("team-a", "GITHUB_TOKEN");
+  ASSERT_TRUE(got.has_value()) << got.error().message();
+  EXPECT_EQ(*got, *made);
+  EXPECT_EQ(got->ciphertext, bytes) << "a BLOB keeps every byte, NULs included";
+  EXPECT_EQ(RawQuery(db_path_, "SELECT typeof(ciphertext) || typeof(nonce) FROM secrets"),
+            "blobblob");
+
+  now_ = kT0 + 5'000;
+  SecretRecord next = Sealed("team-a", "GITHUB_TOKEN", "another sealed value");
+  next.key_id = "key-2";
+  auto updated = store_->UpdateSecret(next);
+  ASSERT_TRUE(updated.has_value()) << updated.error().message();
+  EXPECT_EQ(updated->version, 2);
+  EXPECT_EQ(updated->created_at_ms, kT0);
+  EXPECT_EQ(updated->updated_at_ms, kT0 + 5'000);
+  EXPECT_EQ(updated->ciphertext, "another sealed value");
+  EXPECT_EQ(updated->key_id, "key-2");
+  ASSERT_TRUE(store_->UpdateSecret(next).has_value());
+  Reopen();
+  auto reread = store_->GetSecret("team-a", "GITHUB_TOKEN");
+  ASSERT_TRUE(reread.has_value());
+  EXPECT_EQ(reread->version, 3) << "versions survive a reopen";
+  EXPECT_EQ(reread->ciphertext, "another sealed value");
+
+  auto listed = store_->ListSecrets("team-a");
+  ASSERT_TRUE(listed.has_value()) << listed.error().message();
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].name, "GITHUB_TOKEN");
+  EXPECT_EQ((*listed)[0].version, 3);
+  EXPECT_TRUE((*listed)[0].ciphertext.empty()) << "a list carries no sealed value";
+  EXPECT_TRUE((*listed)[0].nonce.empty());
+
+  ASSERT_TRUE(store_->DeleteSecret("team-a", "GITHUB_TOKEN").has_value());
+  EXPECT_EQ(store_->GetSecret("team-a", "GITHUB_TOKEN").error().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(store_->DeleteSecret("team-a", "GITHUB_TOKEN").error().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(store_->UpdateSecret(next).error().code(), ErrorCode::kNotFound)
+      << "an update does not bring a deleted secret back";
+  EXPECT_TRUE(store_->ListSecrets("team-a")->empty());
+}
+
+TEST_F(StoreTest, ASecretNameIsItsTenantsOwn) {
+  ASSERT_TRUE(store_->InsertSecret(Sealed("team-a", "TOKEN", "a's sealed value.")).has_value());
+  auto again = store_->InsertSecret(Sealed("team-a", "TOKEN", "other sealed value"));
+  ASSERT_FALSE(again.has_value());
+  EXPECT_EQ(again.error().code(), ErrorCode::kAlreadyExists);
+  EXPECT_EQ(again.error().message(), "secret 'TOKEN' already exists");
+  // The same name in another tenant is another secret.
+  ASSERT_TRUE(store_->InsertSecret(Sealed("team-b", "TOKEN", "b's sealed value.")).has_value());
+  EXPECT_EQ(store_->GetSecret("team-a", "TOKEN")->ciphertext, "a's sealed value.");
+  EXPECT_EQ(store_->GetSecret("team-b", "TOKEN")->ciphertext, "b's sealed value.");
+
+  // Team c has none: each call answers as for a name nobody has.
+  auto absent = store_->GetSecret("team-c", "TOKEN");
+  ASSERT_FALSE(absent.has_value());
+  EXPECT_EQ(absent.error().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(absent.error().message(), "secret 'TOKEN' does not exist");
+  EXPECT_EQ(store_->GetSecret("team-a", "NOBODY").error().message(),
+            "secret 'NOBODY' does not exist");
+  EXPECT_EQ(store_->UpdateSecret(Sealed("team-c", "TOKEN", "x's sealed value.")).error().code(),
+            ErrorCode::kNotFound);
+  EXPECT_EQ(store_->DeleteSecret("team-c", "TOKEN").error().code(), ErrorCode::kNotFound);
+  EXPECT_TRUE(store_->ListSecrets("team-c")->empty());
+
+  // B's delete took B's only.
+  ASSERT_TRUE(store_->DeleteSecret("team-b", "TOKEN").has_value());
+  EXPECT_EQ(store_->GetSecret("team-a", "TOKEN")->ciphertext, "a's sealed value.");
+  EXPECT_EQ(store_->GetSecret("team-a", "TOKEN")->version, 1);
+  EXPECT_EQ(store_->ListSecrets("team-a")->size(), 1u);
+}
+
+TEST_F(StoreTest, SecretNamesAndSealedValuesAreValidated) {
+  for (const std::string& name :
+       std::vector<std::string>{"A", "_", "a1", "GITHUB_TOKEN", std::string(128, 'x')}) {
+    EXPECT_TRUE(ValidateSecretName(name).has_value()) << name;
+    EXPECT_TRUE(store_->InsertSecret(Sealed("t", name, "sealed value!!!!!")).has_value()) << name;
+  }
+  for (const std::string& name :
+       std::vector<std::string>{"", "1A", "A-B", "A B", "A.B", "A=B", "\xc3\xa9",
+                                std::string(129, 'x'), std::string("A\0B", 3)}) {
+    auto st = ValidateSecretName(name);
+    ASSERT_FALSE(st.has_value()) << name;
+    EXPECT_EQ(st.error().code(), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(store_->InsertSecret(Sealed("t", name, "sealed value!!!!!")).error().code(),
+              ErrorCode::kInvalidArgument);
+    EXPECT_EQ(store_->GetSecret("t", name).error().code(), ErrorCode::kInvalidArgument);
+  }
+  EXPECT_EQ(store_->InsertSecret(Sealed("not a tenant", "A", "sealed value!!!!!")).error().code(),
+            ErrorCode::kInvalidArgument);
+  SecretRecord short_nonce = Sealed("t", "SHORT", "sealed value!!!!!");
+  short_nonce.nonce = "123";
+  EXPECT_EQ(store_->InsertSecret(short_nonce).error().code(), ErrorCode::kInternal);
+  EXPECT_EQ(store_->InsertSecret(Sealed("t", "BARE", "only a tag")).error().code(),
+            ErrorCode::kInternal)
+      << "16 bytes or fewer cannot be a value and its tag";
+}
+
+TEST_F(StoreTest, SecretsAreCountedByTheKeyThatSealedThem) {
+  EXPECT_TRUE(store_->CountSecretsByKey()->empty());
+  ASSERT_TRUE(store_->InsertSecret(Sealed("a", "ONE", "sealed value one!")).has_value());
+  ASSERT_TRUE(store_->InsertSecret(Sealed("b", "ONE", "sealed value one!")).has_value());
+  SecretRecord other = Sealed("b", "TWO", "sealed value two!");
+  other.key_id = "key-2";
+  ASSERT_TRUE(store_->InsertSecret(other).has_value());
+  EXPECT_EQ(*store_->CountSecretsByKey(),
+            (std::map<std::string, int64_t>{{"key-1", 2}, {"key-2", 1}}));
+}
+
+TEST_F(StoreTest, MigrationFromVersionEightAddsTheSecretsTable) {
+  InState("sbx-old", S::kRunning);
+  store_.reset();
+  UndoSecretsMigration(db_path_);
+  ASSERT_EQ(RawQuery(db_path_, "SELECT count(*) FROM sqlite_master WHERE name = 'secrets'"), "0");
+  Reopen();
+  EXPECT_EQ(RawQuery(db_path_, "PRAGMA user_version"),
+            std::to_string(Store::CurrentSchemaVersion()));
+  EXPECT_EQ(store_->Get("sbx-old")->state, S::kRunning);
+  EXPECT_TRUE(store_->InsertSecret(Sealed("admin", "TOKEN", "sealed value!!!!!")).has_value());
+  EXPECT_TRUE(store_->CheckIntegrity().has_value());
+}
+
+TEST_F(StoreTest, MigrationFromVersionNineKeepsSandboxesWithNoSecretsBound) {
+  InState("sbx-old", S::kRunning);
+  store_.reset();
+  UndoBoundSecretsMigration(db_path_);
+  Reopen();
+  EXPECT_EQ(RawQuery(db_path_, "PRAGMA user_version"),
+            std::to_string(Store::CurrentSchemaVersion()));
+  auto old = store_->Get("sbx-old");
+  ASSERT_TRUE(old.has_value());
+  EXPECT_EQ(old->secrets, "");
+  // The bindings a record keeps (placeholders, never values) come back as written.
+  auto bound = store_->UpdateNetwork("sbx-old", R"({"mode":"allowlist","allow":[],"deny":[]})",
+                                     R"([{"name":"GH","hosts":["api.github.com"]}])");
+  ASSERT_TRUE(bound.has_value());
+  EXPECT_EQ(store_->Get("sbx-old")->secrets, R"([{"name":"GH","hosts":["api.github.com"]}])");
+  EXPECT_TRUE(store_->CheckIntegrity().has_value());
+}
+
+TEST_F(StoreTest, QuotasAreSetReadRemovedAndValidated) {
+  EXPECT_TRUE(store_->GetQuota("team-a")->empty()) << "none set: every field 0";
+  const TenantQuota q{.sandboxes = 3, .cpus = 2.5, .memory_mb = 4096, .creates_per_minute = 10};
+  ASSERT_TRUE(store_->SetQuota("team-a", q).has_value());
+  EXPECT_EQ(*store_->GetQuota("team-a"), q);
+  EXPECT_TRUE(store_->GetQuota("team-b")->empty()) << "another tenant's is its own";
+  Reopen();
+  EXPECT_EQ(*store_->GetQuota("team-a"), q);
+  ASSERT_TRUE(store_->SetQuota("team-a", {}).has_value());  // all zero: removed
+  EXPECT_EQ(RawQuery(db_path_, "SELECT count(*) FROM tenant_quotas"), "0");
+  EXPECT_FALSE(store_->SetQuota("team a", q).has_value());
+  EXPECT_FALSE(store_->SetQuota("team-a", {.sandboxes = -1}).has_value());
+  EXPECT_TRUE(store_->GetQuota("team-a")->empty());
+}
+
+TEST_F(StoreTest, UsageSumsTheTenantsLiveUnpooledRecords) {
+  auto own = [&](const std::string& id, S state, const std::string& tenant, bool pooled = false) {
+    SandboxRecord r = MakeRecord(id);  // 1.5 cpus, 512 MiB, 1024 MiB of disk
+    r.tenant = tenant;
+    r.pooled = pooled;
+    ASSERT_TRUE(store_->Insert(r).has_value());
+    if (state != S::kCreating) {
+      ASSERT_TRUE(store_->Transition(id, {}, S::kRunning).has_value());
+      if (state != S::kRunning) {
+        ASSERT_TRUE(store_->Transition(id, {}, state).has_value());
+      }
+    }
+  };
+  own("sbx-1", S::kCreating, "team-a");
+  own("sbx-2", S::kRunning, "team-a");
+  own("sbx-3", S::kPaused, "team-a");
+  own("sbx-4", S::kFailed, "team-a");
+  own("sbx-5", S::kRunning, "team-a", /*pooled=*/true);
+  own("sbx-6", S::kRunning, "team-b");
+  auto usage = store_->Usage("team-a");
+  ASSERT_TRUE(usage.has_value());
+  EXPECT_EQ(usage->sandboxes, 3);
+  EXPECT_DOUBLE_EQ(usage->cpus, 4.5);
+  EXPECT_EQ(usage->memory_mb, 1536);
+  EXPECT_EQ(usage->disk_mb, 3072);
+  EXPECT_EQ(store_->Usage("team-c")->sandboxes, 0);
+}
+
+TEST_F(StoreTest, MigrationFromVersionTenAddsTheRecorderAndQuotas) {
+  InState("sbx-old", S::kRunning);
+  store_.reset();
+  UndoRecorderMigration(db_path_);
+  Reopen();
+  EXPECT_EQ(RawQuery(db_path_, "PRAGMA user_version"), "13");
+  EXPECT_TRUE(store_->AppendEvents(std::vector<EventBatch>{{.sandbox = "sbx-old",
+                                                            .events = {{.at_ms = 1,
+                                                                        .type = "exec.start",
+                                                                        .data = "{}"}}}},
+                                   10, 10)
+                  .has_value());
+  EXPECT_EQ(store_->Events("sbx-old", 0, {}, 10)->events.size(), 1u);
+  EXPECT_TRUE(store_->SetQuota("admin", {.sandboxes = 1}).has_value());
+  EXPECT_EQ(store_->Get("sbx-old")->state, S::kRunning);
+  EXPECT_TRUE(store_->CheckIntegrity().has_value());
+}
+
+// --- Metric samples ----------------------------------------------------------------------------
+
+MetricSample Sample(int64_t at_ms, double cpu) {
+  MetricSample m;
+  m.at_ms = at_ms;
+  m.cpu_seconds = cpu;
+  m.cpu_cores = cpu / 10;
+  m.memory_bytes = 1000 + at_ms % 1000;
+  m.memory_peak_bytes = 5000;
+  m.pids = 3;
+  m.disk_bytes = 4096;
+  m.net_rx_bytes = 10;
+  m.net_tx_bytes = 20;
+  return m;
+}
+
+std::vector<int64_t> Times(const MetricPage& page) {
+  std::vector<int64_t> out;
+  for (const auto& m : page.samples) out.push_back(m.at_ms);
+  return out;
+}
+
+TEST_F(StoreTest, MetricsAreKeptPerSandboxNewestFirstAndReadByWindow) {
+  InState("sbx-a", S::kRunning);
+  InState("sbx-b", S::kRunning);
+  for (int i = 0; i < 8; ++i) {
+    const std::pair<std::string, MetricSample> pass[] = {{"sbx-a", Sample(kT0 + i * 1000, i)},
+                                                         {"sbx-b", Sample(kT0 + i * 1000, 2 * i)}};
+    ASSERT_TRUE(store_->AppendMetrics(pass, 5).has_value());
+  }
+  auto all = store_->Metrics("sbx-a", 0, INT64_MAX, 100);
+  ASSERT_TRUE(all.has_value()) << all.error().message();
+  EXPECT_EQ(Times(*all), (std::vector<int64_t>{kT0 + 3000, kT0 + 4000, kT0 + 5000, kT0 + 6000,
+                                               kT0 + 7000}))
+      << "the newest 5 are kept, oldest first";
+  EXPECT_FALSE(all->truncated);
+  EXPECT_EQ(all->samples.back(), Sample(kT0 + 7000, 7)) << "every field round-trips";
+  EXPECT_EQ(RawQuery(db_path_, "SELECT count(*) FROM sandbox_metrics WHERE sandbox_id = 'sbx-b'"),
+            "5")
+      << "the cap is per sandbox";
+
+  auto window = store_->Metrics("sbx-a", kT0 + 4000, kT0 + 6000, 100);
+  EXPECT_EQ(Times(*window), (std::vector<int64_t>{kT0 + 4000, kT0 + 5000, kT0 + 6000}));
+  auto newest = store_->Metrics("sbx-a", 0, INT64_MAX, 2);
+  EXPECT_EQ(Times(*newest), (std::vector<int64_t>{kT0 + 6000, kT0 + 7000}))
+      << "a limit keeps the newest of the window";
+  EXPECT_TRUE(newest->truncated);
+  EXPECT_TRUE(store_->Metrics("sbx-a", kT0 + 7001, INT64_MAX, 10)->samples.empty());
+  InState("sbx-quiet", S::kRunning);
+  EXPECT_TRUE(store_->Metrics("sbx-quiet", 0, INT64_MAX, 10)->samples.empty());
+  EXPECT_EQ(store_->Metrics("../etc", 0, 1, 10).error().code(), ErrorCode::kInvalidArgument);
+
+  // A second sample at the same time replaces the first.
+  const std::pair<std::string, MetricSample> again[] = {{"sbx-a", Sample(kT0 + 7000, 99)}};
+  ASSERT_TRUE(store_->AppendMetrics(again, 5).has_value());
+  EXPECT_EQ(store_->Metrics("sbx-a", kT0 + 7000, kT0 + 7000, 10)->samples.at(0).cpu_seconds, 99);
+}
+
+TEST_F(StoreTest, MigrationFromVersionTwelveAddsAnEmptyMetricsTable) {
+  InState("sbx-old", S::kRunning);
+  store_.reset();
+  UndoMetricsMigration(db_path_);
+  Reopen();
+  EXPECT_EQ(RawQuery(db_path_, "PRAGMA user_version"),
+            std::to_string(Store::CurrentSchemaVersion()));
+  EXPECT_TRUE(store_->Metrics("sbx-old", 0, INT64_MAX, 10)->samples.empty());
+  const std::pair<std::string, MetricSample> pass[] = {{"sbx-old", Sample(kT0, 1)}};
+  ASSERT_TRUE(store_->AppendMetrics(pass, 10).has_value());
+  EXPECT_EQ(store_->Metrics("sbx-old", 0, INT64_MAX, 10)->samples.size(), 1u);
+}
+
+TEST_F(StoreTest, MetricsGoWithTheirRecord) {
+  InState("sbx-live", S::kRunning);
+  InState("sbx-old", S::kDestroyed);
+  const std::pair<std::string, MetricSample> pass[] = {{"sbx-live", Sample(kT0, 1)},
+                                                       {"sbx-old", Sample(kT0, 1)},
+                                                       {"sbx-never-stored", Sample(kT0, 1)}};
+  ASSERT_TRUE(store_->AppendMetrics(pass, 10).has_value())
+      << "a sample of a sandbox without a record is skipped, not an error";
+  EXPECT_EQ(RawQuery(db_path_, "SELECT count(*) FROM sandbox_metrics"), "2");
+  EXPECT_EQ(store_->Metrics("sbx-old", 0, INT64_MAX, 10)->samples.size(), 1u)
+      << "a destroyed sandbox's samples stay until its record goes";
+  now_ = kT0 + 10'000;
+  ASSERT_EQ(*store_->PurgeDestroyed(kT0 + 5'000), 1);
+  EXPECT_EQ(RawQuery(db_path_, "SELECT count(*) FROM sandbox_metrics"), "1");
+  EXPECT_TRUE(store_->Metrics("sbx-old", 0, INT64_MAX, 10)->samples.empty());
+  const std::pair<std::string, MetricSample> bad[] = {{"../x", Sample(kT0, 1)}};
+  EXPECT_EQ(store_->AppendMetrics(bad, 10).error().code(), ErrorCode::kInvalidArgument);
 }
 
 }  // namespace
