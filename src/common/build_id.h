@@ -5,5 +5,7 @@
 namespace airlock {
 
 extern const char* const kBuildId;
+// The build tree this program was built in (CMAKE_BINARY_DIR), for common/helpers.h.
+extern const char* const kBuildDir;
 
 }  // namespace airlock

@@ -3,6 +3,7 @@
 // the daemon stops. Needs root (the jail engine); skips with the reason otherwise.
 
 #include <atomic>
+#include <fstream>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -311,6 +312,43 @@ TEST_F(PoolTest, TheConfigSetsASizeThatTheApiOverrides) {
   Daemon bad(state_dir, {"--pool.nope", "1"});
   EXPECT_FALSE(bad.Start());
   EXPECT_NE(bad.Log().find("template 'nope' does not exist"), std::string::npos) << bad.Log();
+}
+
+TEST_F(PoolTest, AReloadResizesThePoolsTheConfigFileNamesAndABadFileChangesNothing) {
+  ASSERT_TRUE(daemon_->Stop(SIGTERM) == 0);
+  const std::string state_dir = daemon_->state_dir();
+  const std::string config = state_dir + ".toml";
+  auto write = [&](const std::string& text) {
+    std::ofstream(config, std::ios::trunc) << text;
+  };
+  write("pool.base = 1\n");
+  daemon_.reset();
+  daemon_.emplace(state_dir, std::vector<std::string>{"--config", config});
+  ASSERT_TRUE(daemon_->Start());
+  ASSERT_TRUE(WaitReady(1));
+  // The file names the pool no more: it empties, and its sandbox goes.
+  write("log_level = \"info\"\n");
+  ASSERT_EQ(::kill(daemon_->pid(), SIGHUP), 0);
+  ASSERT_TRUE(WaitReady(0));
+  EXPECT_EQ(BasePool()["size"], 0);
+  // Named again, with a size.
+  write("pool.base = 2\n");
+  ASSERT_EQ(::kill(daemon_->pid(), SIGHUP), 0);
+  ASSERT_TRUE(WaitReady(2));
+  // A bad file: refused with the line, nothing changes, the daemon serves on.
+  write("pool.base = 1\nworkers = many\n");
+  ASSERT_EQ(::kill(daemon_->pid(), SIGHUP), 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (daemon_->Log().find("reload refused") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_NE(daemon_->Log().find("reload refused, nothing changed: " + config + ": line 2"),
+            std::string::npos)
+      << daemon_->Log();
+  EXPECT_EQ(BasePool()["size"], 2);
+  EXPECT_TRUE(WaitReady(2));
+  ::unlink(config.c_str());
 }
 
 TEST_F(PoolTest, BadPoolRequestsAreRefusedAndChangeNothing) {

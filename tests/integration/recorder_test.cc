@@ -16,6 +16,7 @@
 #include "support/airlockd.h"
 #include "support/engines.h"
 #include "support/fake_internet.h"
+#include "support/prometheus.h"
 
 namespace {
 
@@ -302,6 +303,19 @@ TEST_P(RecorderTest, ProcessesStartedInsideAreOnRecordWithTheirParents) {
       EXPECT_LT(e["data"].value("pid", int64_t{0}), 1000) << e.dump();
     }
   }
+  // The engine's watch counts what it gave the recorder in /metrics (at least this sandbox's).
+  Reply metrics = daemon_->Call(http::verb::get, "/metrics");
+  ASSERT_EQ(metrics.status, 200);
+  EXPECT_EQ(ExpositionProblems(metrics.body), "");
+  const std::string engine = "engine=\"" + GetParam() + "\"";
+  EXPECT_GE(SeriesValue(metrics.body, "airlock_process_events_total{" + engine +
+                                          ",outcome=\"reported\"}"),
+            8)
+      << metrics.body;
+  EXPECT_GE(SeriesValue(metrics.body, "airlock_process_events_total{" + engine +
+                                          ",outcome=\"dropped\"}"),
+            0)
+      << metrics.body;
 }
 
 TEST_P(RecorderTest, ALiveStreamSendsEventsAsTheyHappenAndEndsWithTheSandbox) {

@@ -12,7 +12,9 @@
 // The first line on stdout is "listening on HOST:PORT" (with the real port when PORT is 0).
 // At start it reconciles its records with what the engine has (adopting live sandboxes).
 // SIGTERM / SIGINT: stop accepting, answer the requests in flight, then keep the sandboxes for
-// the next start (on_shutdown = keep, the default) or destroy them; exit 0.
+// the next start (on_shutdown = keep, the default) or destroy them; exit 0. SIGHUP: reload what
+// can change without a restart. --check-config: judge the settings, start nothing.
+// --destroy-all: take back what the last daemon kept, destroy every sandbox, exit (no serving).
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -31,6 +33,7 @@
 #include <string>
 #include <system_error>
 
+#include "common/helpers.h"
 #include "common/log.h"
 #include "common/syscall.h"
 #include "daemon/server/config.h"
@@ -66,6 +69,7 @@ constexpr const char* kUsage =
     "                [--events on|off] [--events-keep N] [--events-rate N] [--events-burst N]\n"
     "                [--destroyed-keep 0|Ns|Nm|Nh|Nd]\n"
     "                [--metrics-interval-ms MS] [--metrics-keep N]\n"
+    "                [--check-config | --destroy-all]\n"
     "Settings come from the defaults, then the config file (--config, else\n"
     "/etc/airlock/airlockd.toml if it exists), then the flags. See docs/airlockd.md.\n";
 
@@ -109,8 +113,11 @@ airlock::Result<std::vector<boost::asio::ip::udp::endpoint>> ParseDnsServers(
   return out;
 }
 
-Config LoadConfig(int argc, char** argv) {
-  // The config file first, wherever --config is on the line; the flags then override it.
+// The settings: the defaults, then the config file (wherever --config is on the line, else the
+// default file if it exists), then the flags. kInvalidArgument naming the file's line or the flag.
+airlock::Result<Config> ReadConfig(int argc, char** argv) {
+  using airlock::ErrorCode;
+  using airlock::Fail;
   std::string path;
   bool explicit_path = false;
   for (int i = 1; i + 1 < argc; ++i) {
@@ -125,29 +132,50 @@ Config LoadConfig(int argc, char** argv) {
   Config config;
   if (!path.empty()) {
     auto text = airlock::ReadFileToString(path, 1 << 20);
-    if (!text) Die("reading the config file: " + text.error().message(), 2);
-    if (auto st = config.ApplyFile(*text); !st) Die(path + ": " + st.error().message(), 2);
+    if (!text) return Fail(ErrorCode::kInvalidArgument, "reading " + path + ": " + text.error().message());
+    if (auto st = config.ApplyFile(*text); !st) {
+      return Fail(ErrorCode::kInvalidArgument, path + ": " + st.error().message());
+    }
   }
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h" || arg == "--check-config" || arg == "--destroy-all") {
+      continue;
+    }
+    if (!arg.starts_with("--")) return Fail(ErrorCode::kInvalidArgument, "unexpected argument " + arg);
+    const std::string key = arg.substr(2);
+    if (key == "no-auth" || key == "base-usr-local") {
+      (void)config.Set(key, "true");
+      continue;
+    }
+    if (i + 1 >= argc) return Fail(ErrorCode::kInvalidArgument, arg + " needs a value");
+    const std::string value = argv[++i];
+    if (key == "config") continue;
+    if (auto st = config.Set(key, value); !st) {
+      return Fail(ErrorCode::kInvalidArgument, "--" + key + ": " + st.error().message());
+    }
+  }
+  return config;
+}
+
+bool HasFlag(int argc, char** argv, std::string_view flag) {
+  for (int i = 1; i < argc; ++i) {
+    if (argv[i] == flag) return true;
+  }
+  return false;
+}
+
+Config LoadConfig(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
       std::fputs(kUsage, stdout);
       std::exit(0);
     }
-    if (!arg.starts_with("--")) Die("unexpected argument " + arg + "\n" + kUsage, 2);
-    const std::string key = arg.substr(2);
-    if (key == "no-auth" || key == "base-usr-local") {
-      (void)config.Set(key, "true");
-      continue;
-    }
-    if (i + 1 >= argc) Die(arg + " needs a value\n" + kUsage, 2);
-    const std::string value = argv[++i];
-    if (key == "config") continue;
-    if (auto st = config.Set(key, value); !st) {
-      Die("--" + key + ": " + st.error().message() + "\n" + kUsage, 2);
-    }
   }
-  return config;
+  auto config = ReadConfig(argc, argv);
+  if (!config) Die(config.error().message() + "\n" + kUsage, 2);
+  return *config;
 }
 
 // "127.0.0.1:7878", "[::1]:0", "localhost:7878".
@@ -170,15 +198,15 @@ void ParseListen(const std::string& listen, airlock::daemon::HttpServerOptions& 
 }
 
 // `explicit_path` if given, else `name` next to this executable.
-std::string FindHelper(const std::string& explicit_path, const char* name, const char* flag) {
+// A helper's path: the flag's, else where common/helpers.h finds it.
+std::string HelperPath(const std::string& explicit_path, const char* name, const char* flag) {
   if (!explicit_path.empty()) return explicit_path;
-  std::error_code ec;
-  const fs::path self = fs::canonical("/proc/self/exe", ec);
-  fs::path candidate = self.parent_path() / name;
-  if (ec || !fs::exists(candidate)) {
-    Die(std::string(name) + " not found next to airlockd; give its path with " + flag);
+  std::string found = airlock::FindHelper(name);
+  if (found.empty()) {
+    Die(std::string(name) + " not found beside airlockd, in ../libexec/airlock/ or in its build "
+        "tree; give its path with " + flag);
   }
-  return candidate.string();
+  return found;
 }
 
 }  // namespace
@@ -188,12 +216,22 @@ int main(int argc, char** argv) {
   const Config flags = LoadConfig(argc, argv);
   InitLogging("airlockd", flags.log_level);
   std::signal(SIGPIPE, SIG_IGN);
+  std::signal(SIGHUP, SIG_IGN);  // until the server reloads on it
 
   daemon::HttpServerOptions server_options;
   ParseListen(flags.listen, server_options);
   server_options.workers = flags.workers;
   if (flags.no_auth && !server_options.address.is_loopback()) {
     Die("--no-auth is refused unless --listen is a loopback address", 2);
+  }
+  if (HasFlag(argc, argv, "--check-config")) {
+    // What can be judged without starting: every key and value, the listen address, the DNS
+    // servers. (Engines check their own options when they are built, at start.)
+    if (auto dns = ParseDnsServers(flags.network_dns); !dns) {
+      Die("network_dns: " + dns.error().message(), 2);
+    }
+    std::printf("airlockd: the settings are valid\n");
+    return 0;
   }
   if (flags.no_auth) spdlog::warn("--no-auth: every API call is accepted without a key");
 
@@ -241,7 +279,7 @@ int main(int argc, char** argv) {
   // starts with the others. Only a bad configuration stops it here.
   runtime::EngineContext engine_context;
   engine_context.state_dir = flags.state_dir;
-  engine_context.agent_path = FindHelper(flags.agent, "airlock-agent", "--agent");
+  engine_context.agent_path = HelperPath(flags.agent, "airlock-agent", "--agent");
   std::map<std::string, runtime::EngineConfig> engine_configs;
   for (const auto& [name, options] : flags.engines) {
     runtime::EngineConfig& config = engine_configs[name];
@@ -364,6 +402,12 @@ int main(int argc, char** argv) {
   if (networks) networks->StartMaintainer();  // after recovery took back what it adopts
   metrics.SetRecovery(recovered->adopted, recovered->failed, recovered->finished,
                       recovered->orphans_removed);
+  if (HasFlag(argc, argv, "--destroy-all")) {
+    // The package's removal (packaging/debian/prerm): every sandbox the last daemon kept ends.
+    controller.DestroyAll();
+    spdlog::info("destroyed every sandbox of {}", flags.state_dir);
+    return 0;
+  }
   controller.expiry().SetDestroyedRetention(std::chrono::seconds(flags.destroyed_keep_seconds));
   controller.expiry().Start(std::chrono::seconds(1));
   controller.sampler().Start(std::chrono::milliseconds(flags.metrics_interval_ms),
@@ -372,6 +416,23 @@ int main(int argc, char** argv) {
   controller.pools().StartFiller();
   daemon::Router router(controller, **store, **secrets, metrics,
                         /*auth_required=*/!flags.no_auth);
+  // SIGHUP: the config file and the flags read again; what can change without a restart is
+  // applied (docs/airlockd.md, "Reload"), a bad file changes nothing.
+  server_options.on_reload = [&controller, argc, argv] {
+    auto next = ReadConfig(argc, argv);
+    if (!next) {
+      spdlog::error("reload refused, nothing changed: {}", next.error().message());
+      return;
+    }
+    spdlog::set_level(spdlog::level::from_str(next->log_level));
+    controller.expiry().SetDestroyedRetention(std::chrono::seconds(next->destroyed_keep_seconds));
+    if (auto st = controller.pools().Configure(next->pools); !st) {
+      spdlog::error("reload: pools not changed: {}", st.error().message());
+    }
+    spdlog::info("reloaded: log_level {}, destroyed_keep {} s, {} configured pool(s); other "
+                 "settings take effect at the next start",
+                 next->log_level, next->destroyed_keep_seconds, next->pools.size());
+  };
   auto server = daemon::HttpServer::Listen(server_options, router);
   if (!server) Die(server.error().message());
 
@@ -384,6 +445,7 @@ int main(int argc, char** argv) {
 
   (*server)->Run();
   server->reset();
+  std::signal(SIGHUP, SIG_IGN);  // no reload while stopping
   controller.pools().StopFiller();
   controller.expiry().Stop();
   controller.sampler().Stop();

@@ -96,6 +96,7 @@ class Controller {
   }
   // The flight recorder (docs/design/recorder.md), which the networks' verdicts go to as well.
   Recorder& recorder() { return recorder_; }
+  const runtime::EngineRegistry& engines() const { return engines_; }
 
   // Whether this daemon can give a sandbox (or a build) `policy`: 501 without sandbox
   // networking for any mode but none, 409 for open mode without an uplink. Changes nothing.

@@ -10,8 +10,6 @@ namespace airlock::daemon {
 
 void Expiry::Start(std::chrono::milliseconds period) {
   thread_ = std::thread([this, period] {
-    const auto purge_every =
-        std::min<std::chrono::steady_clock::duration>(destroyed_keep_, std::chrono::minutes(1));
     std::optional<std::chrono::steady_clock::time_point> purged;
     std::unique_lock lock(mu_);
     while (!stop_) {
@@ -22,7 +20,9 @@ void Expiry::Start(std::chrono::milliseconds period) {
       }
       if (sweep_ && !Stopping()) sweep_();
       const auto now = std::chrono::steady_clock::now();
-      if (destroyed_keep_.count() > 0 && (!purged || now - *purged >= purge_every)) {
+      const auto purge_every = std::min<std::chrono::steady_clock::duration>(
+          destroyed_keep(), std::chrono::minutes(1));
+      if (destroyed_keep().count() > 0 && (!purged || now - *purged >= purge_every)) {
         PurgeDestroyed();
         purged = now;
       }
@@ -73,16 +73,17 @@ int Expiry::ReapExpired() {
 }
 
 int64_t Expiry::PurgeDestroyed() {
-  if (destroyed_keep_.count() <= 0) return 0;
+  const std::chrono::seconds keep = destroyed_keep();
+  if (keep.count() <= 0) return 0;
   auto purged = store_.PurgeDestroyed(
-      UnixNowMs() - std::chrono::duration_cast<std::chrono::milliseconds>(destroyed_keep_).count());
+      UnixNowMs() - std::chrono::duration_cast<std::chrono::milliseconds>(keep).count());
   if (!purged) {
     spdlog::error("purging destroyed records: {}", purged.error().message());
     return 0;
   }
   if (*purged > 0) {
     spdlog::info("purged {} destroyed sandbox record(s) older than {} s", *purged,
-                 destroyed_keep_.count());
+                 keep.count());
     purged_total_ += static_cast<uint64_t>(*purged);
   }
   return *purged;

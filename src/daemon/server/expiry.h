@@ -31,7 +31,8 @@ class Expiry {
   // How long a destroyed sandbox's record (with its network verdicts) is kept; zero (the
   // default) keeps it for ever. The reaper purges older ones on its first pass and then about
   // once a minute (or once per `keep`, if shorter). Call before Start.
-  void SetDestroyedRetention(std::chrono::seconds keep) { destroyed_keep_ = keep; }
+  // How long destroyed records are kept (0: for ever); may change while it runs (a reload).
+  void SetDestroyedRetention(std::chrono::seconds keep) { destroyed_keep_s_ = keep.count(); }
   // Also run on every pass, after the reaping (the lifecycle's auto-hibernate). Call before
   // Start.
   void SetSweep(std::function<void()> sweep) { sweep_ = std::move(sweep); }
@@ -53,7 +54,8 @@ class Expiry {
   store::Store& store_;
   DestroyFn destroy_;
   std::function<void()> sweep_;
-  std::chrono::seconds destroyed_keep_{0};
+  std::chrono::seconds destroyed_keep() const { return std::chrono::seconds(destroyed_keep_s_); }
+  std::atomic<int64_t> destroyed_keep_s_{0};
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;  // guarded by mu_

@@ -383,7 +383,8 @@ HttpServer::HttpServer(const HttpServerOptions& options, Router& router)
       pool_(static_cast<size_t>(options.workers)),
       accept_strand_(asio::make_strand(io_)),
       acceptor_(accept_strand_),
-      signals_(io_, SIGTERM, SIGINT) {}
+      signals_(io_, SIGTERM, SIGINT),
+      reload_signals_(io_, SIGHUP) {}
 
 HttpServer::~HttpServer() {
   io_.stop();
@@ -411,6 +412,19 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Listen(const HttpServerOptions& 
   return server;
 }
 
+void HttpServer::WaitForReload() {
+  reload_signals_.async_wait([this](const error_code& ec, int) {
+    if (ec || stopping_) return;
+    if (options_.on_reload) {
+      // On a worker: a reload reads files and takes the controller's locks.
+      asio::post(pool_, [this] { options_.on_reload(); });
+    } else {
+      spdlog::info("SIGHUP: nothing to reload");
+    }
+    WaitForReload();
+  });
+}
+
 void HttpServer::Run() {
   asio::co_spawn(accept_strand_, Impl::Accept(*this), asio::detached);
   signals_.async_wait([this](const error_code& ec, int signo) {
@@ -424,6 +438,7 @@ void HttpServer::Run() {
       asio::co_spawn(accept_strand_, Impl::Drain(*this), asio::detached);
     });
   });
+  WaitForReload();
   std::vector<std::thread> threads;
   for (int i = 1; i < options_.io_threads; ++i) threads.emplace_back([this] { io_.run(); });
   io_.run();

@@ -13,6 +13,7 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -28,6 +29,9 @@ struct HttpServerOptions {
   uint16_t port = 0;  // 0: the kernel picks one (see local_port())
   int io_threads = 2;
   int workers = 16;  // concurrent blocking calls (creates, execs) before requests queue
+  // Called on a worker at each SIGHUP while serving (airlockd: reload the config). Without it
+  // SIGHUP is ignored.
+  std::function<void()> on_reload;
 };
 
 class HttpServer {
@@ -38,12 +42,13 @@ class HttpServer {
   ~HttpServer();
 
   uint16_t local_port() const { return port_; }
-  // Serves until SIGTERM or SIGINT, then stops accepting, waits for the requests in flight to be
+  // Serves until SIGTERM or SIGINT (SIGHUP calls options.on_reload), then stops accepting, waits for the requests in flight to be
   // answered, and returns with every IO thread and worker joined. Call once.
   void Run();
 
  private:
   HttpServer(const HttpServerOptions& options, Router& router);
+  void WaitForReload();  // one SIGHUP, then the next
 
   HttpServerOptions options_;
   Router& router_;
@@ -52,6 +57,7 @@ class HttpServer {
   boost::asio::strand<boost::asio::io_context::executor_type> accept_strand_;
   boost::asio::ip::tcp::acceptor acceptor_;
   boost::asio::signal_set signals_;
+  boost::asio::signal_set reload_signals_;
   uint16_t port_ = 0;
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> in_flight_{0};

@@ -78,6 +78,24 @@ std::string RenderRecorderMetrics(uint64_t recorded, uint64_t dropped) {
          "airlock_events_dropped_total " + std::to_string(dropped) + "\n";
 }
 
+std::string RenderProcessWatchMetrics(
+    const std::map<std::string, ProcessWatchCounts>& by_engine) {
+  std::string out =
+      "# HELP airlock_process_events_total Events of processes started inside sandboxes, per "
+      "engine: given to the flight recorder (reported), seen but let go at a bound (dropped), or "
+      "lost before the engine saw them (lost).\n"
+      "# TYPE airlock_process_events_total counter\n";
+  for (const auto& [engine, c] : by_engine) {
+    const std::pair<const char*, uint64_t> by_outcome[] = {
+        {"reported", c.reported}, {"dropped", c.dropped}, {"lost", c.lost}};
+    for (const auto& [outcome, n] : by_outcome) {
+      out += "airlock_process_events_total{engine=\"" + engine + "\",outcome=\"" + outcome +
+             "\"} " + std::to_string(n) + "\n";
+    }
+  }
+  return out;
+}
+
 std::string RenderSecretMetrics(int64_t stored) {
   return "# HELP airlock_secrets Secrets stored, every tenant's.\n"
          "# TYPE airlock_secrets gauge\n"

@@ -62,6 +62,14 @@ std::string RenderVerdictMetrics(const VerdictCounts& counts);
 // airlock_events_recorded_total and airlock_events_dropped_total (the flight recorder).
 std::string RenderRecorderMetrics(uint64_t recorded, uint64_t dropped);
 
+// The process watches' counts, per engine (those with process_events): the events each gave
+// the recorder, dropped (a bound was hit) and lost (before the engine saw them).
+struct ProcessWatchCounts {
+  uint64_t reported = 0, dropped = 0, lost = 0;
+};
+// airlock_process_events_total{engine,outcome="reported"|"dropped"|"lost"}.
+std::string RenderProcessWatchMetrics(const std::map<std::string, ProcessWatchCounts>& by_engine);
+
 // airlock_secrets: how many secrets are stored, every tenant's (never a name or a value).
 std::string RenderSecretMetrics(int64_t stored);
 

@@ -211,13 +211,23 @@ Status PoolService::Configure(const std::map<std::string, int>& configured) {
       return std::unexpected(st.error().Wrap("pool." + name));
     }
   }
-  std::lock_guard lock(mu_);
-  for (const auto& [name, size] : sizes) {
-    Pool& pool = pools_[name];
-    pool.size = size;
-    for (const char* reason : kMissReasons) pool.misses.try_emplace(reason, 0);
-    spdlog::info("pool {}: size {}", name, size);
+  {
+    std::lock_guard lock(mu_);
+    // At a reload: a pool the config file sized before and no longer names (nor the API) empties.
+    for (const std::string& name : configured_) {
+      if (!sizes.contains(name) && pools_.contains(name)) sizes[name] = 0;
+    }
+    for (const auto& [name, size] : sizes) {
+      Pool& pool = pools_[name];
+      if (pool.size != size || pool.misses.empty()) spdlog::info("pool {}: size {}", name, size);
+      pool.size = size;
+      for (const char* reason : kMissReasons) pool.misses.try_emplace(reason, 0);
+    }
+    configured_.clear();
+    for (const auto& [name, size] : configured) configured_.insert(name);
+    wake_ = resized_ = true;
   }
+  cv_.notify_all();
   return {};
 }
 

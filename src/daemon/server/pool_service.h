@@ -14,6 +14,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -61,9 +62,10 @@ class PoolService {
   // Call before the filler starts; nullptr (the default): no sandbox networking.
   void SetNetworks(net::Networks* networks) { networks_ = networks; }
 
-  // Call once after recovery and before serving: the sizes from the config file, each
-  // overridden by the size set through the API (kept in the store). kNotFound for a template
-  // that does not exist.
+  // After recovery and before serving, and again at each reload: the sizes from the config file,
+  // each overridden by the size set through the API (kept in the store); a pool an earlier call
+  // sized and this one does not is emptied. kNotFound for a template that does not exist
+  // (nothing changes then).
   [[nodiscard]] Status Configure(const std::map<std::string, int>& configured);
   // Sets (and records) a pool's size; the filler grows or shrinks the pool in the background.
   [[nodiscard]] Result<PoolStats> SetSize(const std::string& template_name, int64_t size);
@@ -106,6 +108,7 @@ class PoolService {
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, Pool> pools_;  // guarded by mu_
+  std::set<std::string> configured_;   // the templates the last Configure's file named; mu_
   bool stop_ = false;                  // guarded by mu_
   bool wake_ = false;                  // a claim or resize happened; guarded by mu_
   bool resized_ = false;               // ends an error backoff early; guarded by mu_

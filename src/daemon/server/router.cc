@@ -385,13 +385,21 @@ HttpReply Router::RenderMetrics() {
   if (!pools) return ErrorReply(pools.error());
   auto secrets = secrets_.Count();
   if (!secrets) return ErrorReply(secrets.error());
+  std::map<std::string, ProcessWatchCounts> watches;
+  for (const runtime::EngineStatus& status : controller_.engines().List()) {
+    if (!status.available || !status.capabilities.process_events) continue;
+    auto engine = controller_.engines().Get(status.name);
+    if (!engine) continue;
+    const runtime::ProcessEventCounters c = (*engine)->ProcessEventCounts();
+    watches[status.name] = {.reported = c.reported, .dropped = c.dropped, .lost = c.lost};
+  }
   return Bytes(metrics_.Render(by_state, controller_.expiry().expired_total(),
                                controller_.expiry().purged_total()) +
                    RenderPoolMetrics(*pools) +
                    RenderVerdictMetrics(controller_.recorder().verdicts()) +
                    RenderRecorderMetrics(controller_.recorder().counts().recorded,
                                          controller_.recorder().counts().dropped) +
-                   RenderSecretMetrics(*secrets) +
+                   RenderProcessWatchMetrics(watches) + RenderSecretMetrics(*secrets) +
                    RenderUsageMetrics(controller_.sampler().Totals()),
                "text/plain; version=0.0.4; charset=utf-8");
 }

@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "common/elf.h"
+#include "common/helpers.h"
 #include "common/ids.h"
 #include "common/log.h"
 #include "common/syscall.h"
@@ -818,14 +819,11 @@ Result<std::unique_ptr<runtime::Engine>> MakeEngine(
   o.state_dir = context.state_dir;
   o.agent_path = context.agent_path;
   o.layers = context.layers;
-  // airlock-jail beside airlockd (an installed daemon), else beside the agent.
-  std::error_code canonical_ec;
-  for (const fs::path& dir : {fs::canonical("/proc/self/exe", canonical_ec).parent_path(),
-                              fs::path(context.agent_path).parent_path()}) {
-    if (!dir.empty() && ::access((dir / "airlock-jail").c_str(), X_OK) == 0) {
-      o.launcher_path = dir / "airlock-jail";
-      break;
-    }
+  // airlock-jail where airlockd's helpers are (common/helpers.h), else beside the agent.
+  o.launcher_path = FindHelper("airlock-jail");
+  if (const fs::path beside = fs::path(context.agent_path).parent_path() / "airlock-jail";
+      o.launcher_path.empty() && ::access(beside.c_str(), X_OK) == 0) {
+    o.launcher_path = beside;
   }
   auto bad = [](const std::string& key, const std::string& why) {
     return Fail(ErrorCode::kInvalidArgument, key + ": " + why);
@@ -858,8 +856,8 @@ Result<std::unique_ptr<runtime::Engine>> MakeEngine(
   }
   if (o.launcher_path.empty()) {
     return Fail(ErrorCode::kFailedPrecondition,
-                "airlock-jail is neither beside airlockd nor beside the agent (set [engine.jail] "
-                "launcher)");
+                "airlock-jail is neither where airlockd's helpers are nor beside the agent (set "
+                "[engine.jail] launcher)");
   }
   auto engine = JailEngine::Open(std::move(o));
   if (!engine) return std::unexpected(engine.error());

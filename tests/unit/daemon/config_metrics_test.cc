@@ -16,6 +16,7 @@ using airlock::daemon::Metrics;
 using airlock::daemon::OnShutdown;
 using airlock::daemon::PoolStats;
 using airlock::daemon::RenderPoolMetrics;
+using airlock::daemon::RenderProcessWatchMetrics;
 using airlock::daemon::RenderSecretMetrics;
 using airlock::daemon::RenderVerdictMetrics;
 
@@ -222,6 +223,19 @@ TEST(MetricsTest, VerdictSeries) {
   EXPECT_EQ(Sample(t, R"(airlock_network_verdicts_total{verdict="denied"})"), 2);
   EXPECT_EQ(Sample(t, R"(airlock_network_verdicts_total{verdict="closed"})"), 1);
   EXPECT_EQ(Sample(t, "airlock_network_verdicts_dropped_total"), 9);
+}
+
+TEST(MetricsTest, ProcessWatchCountsArePerEngineAndOutcome) {
+  const std::string t = "\n" + RenderProcessWatchMetrics({{"gvisor", {.reported = 7, .dropped = 2}},
+                                                          {"jail", {.reported = 5, .lost = 3}}});
+  EXPECT_NE(t.find("# TYPE airlock_process_events_total counter\n"), std::string::npos) << t;
+  EXPECT_EQ(Sample(t, R"(airlock_process_events_total{engine="gvisor",outcome="reported"})"), 7);
+  EXPECT_EQ(Sample(t, R"(airlock_process_events_total{engine="gvisor",outcome="dropped"})"), 2);
+  EXPECT_EQ(Sample(t, R"(airlock_process_events_total{engine="gvisor",outcome="lost"})"), 0);
+  EXPECT_EQ(Sample(t, R"(airlock_process_events_total{engine="jail",outcome="reported"})"), 5);
+  EXPECT_EQ(Sample(t, R"(airlock_process_events_total{engine="jail",outcome="lost"})"), 3);
+  // No engine with a watch: the family alone.
+  EXPECT_EQ(RenderProcessWatchMetrics({}).find("airlock_process_events_total{"), std::string::npos);
 }
 
 TEST(MetricsTest, SecretsAreOneGauge) {

@@ -637,6 +637,9 @@ TEST_F(StoreTest, ConcurrentInsertsAndTransitionsFromEightThreads) {
     (void)WriteAll(ack_fd, "E " + opened.error().message() + "\n");
     _exit(1);
   }
+  // Opened: the parent's kill window starts now (opening took seconds under the sanitizers on a
+  // loaded host, and a kill that always came first exercised nothing).
+  if (!WriteAll(ack_fd, "O -\n")) _exit(1);
   Store& store = **opened;
   std::vector<std::string> undeleted;
   for (int i = 0;; ++i) {
@@ -682,7 +685,9 @@ TEST(StoreDurabilityTest, SigkillNeverLosesAnAcknowledgedWrite) {
       }
       ends[1].Reset();
       const int delay_ms = std::uniform_int_distribution<int>(0, 60)(rng);
-      auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay_ms);
+      // Until the child says it has opened the store: at most 10 s, then the kill comes anyway.
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      bool opened = false;
       std::string acks;
       char buf[4096];
       bool killed = false;
@@ -704,6 +709,10 @@ TEST(StoreDurabilityTest, SigkillNeverLosesAnAcknowledgedWrite) {
         ASSERT_GE(n, 0);
         if (n == 0) break;
         acks.append(buf, static_cast<size_t>(n));
+        if (!opened && !killed) {
+          opened = true;
+          deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay_ms);
+        }
       }
       int status = 0;
       ASSERT_EQ(::waitpid(pid, &status, 0), pid);
@@ -725,6 +734,8 @@ TEST(StoreDurabilityTest, SigkillNeverLosesAnAcknowledgedWrite) {
             break;
           case 'D':
             deleted.insert(id);
+            break;
+          case 'O':
             break;
           default:
             FAIL() << "unexpected line from the child: " << line;
