@@ -165,7 +165,19 @@ TEST_F(DaemonTest, SigkillDuringCreatesAndDeletesLosesNoAcknowledgedRecord) {
         }
       });
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(400 + rng() % 1200));
+    // The kill window opens once this round has had a delete acknowledged: under a sanitizer
+    // on a loaded machine a create can take a second, and a round that killed the daemon before
+    // any answer would check nothing.
+    const size_t deleted_before = deleted.size();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < deadline) {
+      {
+        std::lock_guard lock(mu);
+        if (deleted.size() > deleted_before) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 1200));
     const int status = daemon_->Stop(SIGKILL);
     stop = true;
     for (auto& t : workers) t.join();
