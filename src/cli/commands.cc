@@ -841,6 +841,33 @@ Lists the daemon's isolation engines: NAME AVAILABLE DEFAULT and what each can d
 cannot run here (with --json, the engines array as GET /v1/engines gives it).
 )";
 
+constexpr std::string_view kAdminUsage = R"(usage: airlock admin backup FILE
+
+backup FILE   an online, consistent copy of the daemon's store (GET /v1/admin/backup, an admin
+              key only), written to FILE (mode 0600) whole or not at all; "-" is stdout. The
+              daemon serves on meanwhile. It holds the records, templates' entries, API keys
+              (hashed), tenants and quotas, and the secrets sealed: keep the state dir's
+              secrets.key apart from it, safely. How to restore: docs/install.md, "Backups".
+)";
+
+constexpr std::string_view kDoctorUsage =
+    R"(usage: airlock doctor [--config FILE] [--state-dir DIR] [--airlockd PATH]
+
+Checks this host as airlockd sees it at start, by running `airlockd --doctor` (found beside
+airlock, in ../libexec/airlock/, or given with --airlockd): the kernel, cgroups and their
+delegation, user namespaces (and AppArmor or SELinux on them), overlayfs, seccomp, nftables,
+iproute2, ip_forward for open mode, runsc, /dev/kvm, the state dir's free space and inodes, and
+every engine built and probed. Then asks the daemon (--url) whether it is up, its version, and
+whether GET /v1/engines agrees. Each finding is ok, info, warn or fail, with what to do.
+
+  --config FILE     the daemon's config (default /etc/airlock/airlockd.toml when it exists)
+  --state-dir DIR   the daemon's state dir, when not the config's
+
+Exits 0 when airlockd can run its default engine here, 1 when a check fails. With --json, the
+findings as a document: {"ready", "default_engine", "findings": [{check, verdict, detail, fix}],
+"engines"}. See docs/doctor.md.
+)";
+
 constexpr std::string_view kTopUsage = R"(usage: airlock top [--once] [--interval SECONDS]
 
 Shows what every sandbox the key can see uses, from the daemon's newest sample of each (taken
@@ -895,6 +922,9 @@ const std::vector<Command>& Commands() {
       {"secrets", "create, rotate, list and delete secrets (values from stdin)", kSecretsUsage,
        CmdSecrets},
       {"engines", "list the isolation engines and what each can do", kEnginesUsage, CmdEngines},
+      {"doctor", "check that this host can run airlockd, and what to do if not", kDoctorUsage,
+       CmdDoctor},
+      {"admin", "operate the daemon: backup of its store (admin)", kAdminUsage, CmdAdmin},
       {"top", "show what every sandbox uses, refreshed", kTopUsage, CmdTop},
       {"metrics", "print a sandbox's usage samples", kMetricsUsage, CmdMetrics},
       {"version", "print the version", kVersionUsage, CmdVersion},

@@ -43,6 +43,8 @@ Outcome<int> CmdKeys(const CommandArgs& args, Globals& globals);  // keys.cc
 Outcome<int> CmdTenants(const CommandArgs& args, Globals& globals);  // tenants.cc
 Outcome<int> CmdSecrets(const CommandArgs& args, Globals& globals);  // secrets.cc
 Outcome<int> CmdEngines(const CommandArgs& args, Globals& globals);  // engines.cc
+Outcome<int> CmdDoctor(const CommandArgs& args, Globals& globals);   // doctor.cc
+Outcome<int> CmdAdmin(const CommandArgs& args, Globals& globals);    // admin.cc
 Outcome<int> CmdLogs(const CommandArgs& args, Globals& globals);  // logs.cc
 // top.cc
 Outcome<int> CmdTop(const CommandArgs& args, Globals& globals);

@@ -12,7 +12,7 @@
 
 namespace airlock::cli {
 
-Outcome<std::string> RunProgram(const std::vector<std::string>& argv, std::string_view input) {
+Outcome<Ran> RunCaptured(const std::vector<std::string>& argv, std::string_view input) {
   const std::string name = argv.at(0);
   int in[2], out[2], err[2];
   if (::pipe2(in, O_CLOEXEC) != 0) return CommandError("pipe: " + std::string(strerror(errno)));
@@ -79,13 +79,24 @@ Outcome<std::string> RunProgram(const std::vector<std::string>& argv, std::strin
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return stdout_bytes;
-  std::string first = stderr_bytes.substr(0, stderr_bytes.find('\n'));
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 127 && stdout_bytes.empty() &&
+      stderr_bytes == "cannot run the program\n") {
+    return CommandError("cannot run " + name);
+  }
+  return Ran{status, std::move(stdout_bytes), std::move(stderr_bytes)};
+}
+
+Outcome<std::string> RunProgram(const std::vector<std::string>& argv, std::string_view input) {
+  auto ran = RunCaptured(argv, input);
+  if (!ran) return std::unexpected(ran.error());
+  const int status = ran->status;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return std::move(ran->out);
+  std::string first = ran->err.substr(0, ran->err.find('\n'));
   if (first.empty()) {
     first = WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
                                 : "exit status " + std::to_string(WEXITSTATUS(status));
   }
-  return CommandError(name + " failed: " + first);
+  return CommandError(argv.at(0) + " failed: " + first);
 }
 
 }  // namespace airlock::cli

@@ -14,6 +14,7 @@ namespace {
 std::string_view BuildTreePath(std::string_view name) {
   if (name == "airlock-agent") return "src/agent/airlock-agent";
   if (name == "airlock-jail") return "src/runtime/jail/airlock-jail";
+  if (name == "airlockd") return "src/daemon/server/airlockd";  // for airlock doctor
   return "";
 }
 

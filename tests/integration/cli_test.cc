@@ -1336,3 +1336,188 @@ TEST_F(CliTest, SecretsPromptWithoutEchoOnATerminal) {
 }
 
 }  // namespace
+
+// ---- airlock doctor (docs/doctor.md) ------------------------------------------------------
+
+// The daemon with gVisor on (ptrace), and a config file that says the same, so that the doctor
+// (airlockd --doctor, run by the CLI) builds the engines the daemon has.
+class DoctorCliTest : public CliTest {
+ protected:
+  std::vector<std::string> DaemonArgs() const override { return kWithGvisor; }
+  // `airlock doctor --json` with `config` as its config file, the state dir a new one (made and
+  // removed by the doctor), and airlockd from this build.
+  ProcessResult Doctor(const std::string& config, std::map<std::string, std::string> env) {
+    WriteFile(dir_ + "/doctor.toml", config);
+    return CliWithEnv({"doctor", "--json", "--airlockd", Program(AIRLOCKD_PATH), "--config",
+                       dir_ + "/doctor.toml", "--state-dir", dir_ + "/doctor-state"},
+                      env);
+  }
+  static const json* FindingOf(const json& doc, const std::string& check) {
+    for (const json& f : doc["findings"]) {
+      if (f["check"] == check) return &f;
+    }
+    return nullptr;
+  }
+};
+
+TEST_F(DoctorCliTest, OnThisHostItIsReadyAndAgreesWithTheDaemonsEngines) {
+  ProcessResult r = Doctor("[engine.gvisor]\nenabled = true\nplatform = \"ptrace\"\n", Env());
+  ASSERT_EQ(r.exit_code(), 0) << r.out << r.err;
+  const json doc = json::parse(r.out);
+  EXPECT_EQ(doc["ready"], true);
+  EXPECT_EQ(doc["default_engine"], "jail");
+  // Every engine as GET /v1/engines has it, available or not alike.
+  Reply engines = daemon_->Call(http::verb::get, "/v1/engines");
+  ASSERT_EQ(engines.status, 200) << engines.body;
+  std::map<std::string, bool> daemon_has, doctor_has;
+  const json listed = engines.Json();  // held: a range-for over a temporary's member dangles
+  for (const json& e : listed["engines"]) daemon_has[e["name"]] = e["available"];
+  for (const json& e : doc["engines"]) doctor_has[e["name"]] = e["available"];
+  EXPECT_EQ(doctor_has, daemon_has);
+  EXPECT_EQ(doctor_has["jail"], true);
+  EXPECT_EQ(doctor_has["gvisor"], true) << "runsc works on this host (ptrace)";
+  const json* agree = FindingOf(doc, "daemon engines");
+  ASSERT_NE(agree, nullptr) << doc.dump(2);
+  EXPECT_EQ((*agree)["verdict"], "ok") << (*agree)["detail"];
+  const json* daemon = FindingOf(doc, "daemon");
+  ASSERT_NE(daemon, nullptr);
+  EXPECT_EQ((*daemon)["verdict"], "ok") << (*daemon)["detail"];
+  for (const json& f : doc["findings"]) {
+    EXPECT_NE(f["verdict"], "fail") << f.dump();
+    EXPECT_FALSE(f["detail"].get<std::string>().empty()) << f.dump();
+    if (f["verdict"] == "warn") {
+      EXPECT_FALSE(f["fix"].get<std::string>().empty()) << f.dump();
+    }
+  }
+  // It left nothing: the state dir it made (for the engines' trial) is gone.
+  EXPECT_FALSE(fs::exists(dir_ + "/doctor-state"));
+
+  // The text form: a line per finding, and the verdict at the end.
+  ProcessResult text = CliWithEnv({"doctor", "--airlockd", Program(AIRLOCKD_PATH), "--config",
+                                   dir_ + "/doctor.toml", "--state-dir", dir_ + "/doctor-state"},
+                                  Env());
+  EXPECT_EQ(text.exit_code(), 0) << text.err;
+  EXPECT_NE(text.out.find("ok    engine jail      available (the default)"), std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("\nready: airlockd can run its default engine here\n"),
+            std::string::npos)
+      << text.out;
+}
+
+TEST_F(DoctorCliTest, ADefaultEngineThatCannotRunFailsWithTheReasonAndTheDaemonsDisagreement) {
+  ProcessResult r =
+      Doctor("default_engine = \"gvisor\"\n[engine.gvisor]\nrunsc = \"/nonexistent/runsc\"\n",
+             Env());
+  EXPECT_EQ(r.exit_code(), 1) << r.out << r.err;
+  const json doc = json::parse(r.out);
+  EXPECT_EQ(doc["ready"], false);
+  const json* engine = FindingOf(doc, "engine gvisor");
+  ASSERT_NE(engine, nullptr) << doc.dump(2);
+  EXPECT_EQ((*engine)["verdict"], "fail");
+  EXPECT_NE((*engine)["detail"].get<std::string>().find("/nonexistent/runsc"), std::string::npos)
+      << (*engine)["detail"];
+  const json* runsc = FindingOf(doc, "runsc");
+  ASSERT_NE(runsc, nullptr);
+  EXPECT_EQ((*runsc)["verdict"], "warn");
+  // The daemon runs gVisor; the doctor's config cannot: they disagree, and it says so.
+  const json* agree = FindingOf(doc, "daemon engines");
+  ASSERT_NE(agree, nullptr);
+  EXPECT_EQ((*agree)["verdict"], "warn");
+  EXPECT_NE((*agree)["detail"].get<std::string>().find("gvisor is available to the daemon but "
+                                                       "not here now"),
+            std::string::npos)
+      << (*agree)["detail"];
+  EXPECT_FALSE(fs::exists(dir_ + "/doctor-state"));
+}
+
+TEST_F(DoctorCliTest, ADaemonThatIsDownIsAWarningAndAnOldOneIsNamed) {
+  // Nothing listens on port 1: the host can still run airlockd.
+  ProcessResult r = Doctor("", {{"AIRLOCK_URL", "http://127.0.0.1:1"},
+                                {"AIRLOCK_API_KEY", daemon_->key()}});
+  EXPECT_EQ(r.exit_code(), 0) << r.out << r.err;
+  const json doc = json::parse(r.out);
+  const json* daemon = FindingOf(doc, "daemon");
+  ASSERT_NE(daemon, nullptr) << doc.dump(2);
+  EXPECT_EQ((*daemon)["verdict"], "warn");
+  EXPECT_NE((*daemon)["detail"].get<std::string>().find("not reachable"), std::string::npos)
+      << (*daemon)["detail"];
+  EXPECT_NE((*daemon)["fix"].get<std::string>().find("systemctl start airlockd"),
+            std::string::npos);
+  // No airlockd to run: the doctor cannot judge the host, and fails saying so.
+  ProcessResult none = CliWithEnv({"doctor", "--airlockd", dir_ + "/no-such-airlockd"}, Env());
+  EXPECT_EQ(none.exit_code(), 1) << none.out << none.err;
+  EXPECT_NE(none.out.find("fail  airlockd"), std::string::npos) << none.out;
+}
+
+// ---- airlock admin backup, and a restore (docs/install.md, "Backups") --------------------
+
+TEST_F(CliTest, ABackupIsAWholeStoreThatRestoresWithItsSecretsKey) {
+  const std::string kept = CreateSandbox(), gone = CreateSandbox();
+  ASSERT_FALSE(kept.empty() || gone.empty());
+  ASSERT_EQ(daemon_->Call(http::verb::delete_, "/v1/sandboxes/" + gone).status, 204);
+  Reply secret = daemon_->Call(http::verb::post, "/v1/secrets",
+                               R"({"name": "TOKEN", "value": "s3cret-value"})");
+  ASSERT_EQ(secret.status, 201) << secret.body;
+  Reply key = daemon_->Call(http::verb::post, "/v1/keys", R"({"name": "k1", "tenant": "t1"})");
+  ASSERT_EQ(key.status, 201) << key.body;
+  const std::string tenant_key = key.Json()["key"];
+
+  const std::string file = dir_ + "/backup.db";
+  ProcessResult r = Cli({"admin", "backup", file});
+  ASSERT_EQ(r.exit_code(), 0) << r.err;
+  EXPECT_NE(r.err.find("backed up the store"), std::string::npos) << r.err;
+  struct stat st {};
+  ASSERT_EQ(::stat(file.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_TRUE(ReadFile(file).starts_with(std::string("SQLite format 3\0", 16)));
+  EXPECT_FALSE(fs::exists(file + ".partial"));
+  // Nothing of the copy is left beside the daemon's database.
+  for (const auto& entry : fs::directory_iterator(daemon_->state_dir())) {
+    EXPECT_EQ(entry.path().filename().string().find("backup"), std::string::npos) << entry.path();
+  }
+
+  // Only an admin key may take one; a refusal writes nothing.
+  ProcessResult refused = CliWithEnv({"admin", "backup", dir_ + "/t1.db"},
+                                     {{"AIRLOCK_URL", Url()}, {"AIRLOCK_API_KEY", tenant_key}});
+  EXPECT_EQ(refused.exit_code(), 1);
+  EXPECT_NE(refused.err.find("only an admin key"), std::string::npos) << refused.err;
+  EXPECT_FALSE(fs::exists(dir_ + "/t1.db"));
+  EXPECT_FALSE(fs::exists(dir_ + "/t1.db.partial"));
+
+  // The restore, as documented: the daemon stopped, the backup as the new state dir's
+  // airlock.db, with the secrets' key and the admin key beside it.
+  const std::string old_state = daemon_->state_dir();
+  ASSERT_TRUE(WIFEXITED(daemon_->Stop(SIGTERM)));
+  const std::string restored = dir_ + "/restored";
+  fs::create_directories(restored);
+  fs::copy_file(file, restored + "/airlock.db");
+  fs::copy_file(old_state + "/secrets.key", restored + "/secrets.key");
+  fs::copy_file(old_state + "/admin.key", restored + "/admin.key");
+  daemon_.emplace(restored);
+  ASSERT_TRUE(daemon_->Start());
+  Reply was_gone = daemon_->Call(http::verb::get, "/v1/sandboxes/" + gone);
+  EXPECT_EQ(was_gone.Json()["state"], "destroyed") << was_gone.body;
+  // A sandbox that ran at the backup is on record, and not running here (nothing of it is).
+  Reply was_kept = daemon_->Call(http::verb::get, "/v1/sandboxes/" + kept);
+  EXPECT_EQ(was_kept.status, 200) << was_kept.body;
+  EXPECT_NE(was_kept.Json()["state"], "running") << was_kept.body;
+  Reply secrets = daemon_->Call(http::verb::get, "/v1/secrets");
+  ASSERT_EQ(secrets.status, 200) << secrets.body;
+  EXPECT_EQ(secrets.Json()["secrets"][0]["name"], "TOKEN") << secrets.body;
+  EXPECT_EQ(Http(daemon_->port(), http::verb::get, "/v1/sandboxes", "", "Bearer " + tenant_key)
+                .status,
+            200)
+      << "the tenant's key works after the restore";
+
+  // Without its secrets' key the store's secrets cannot be opened: that start stops, saying so.
+  ASSERT_TRUE(WIFEXITED(daemon_->Stop(SIGTERM)));
+  const std::string keyless = dir_ + "/keyless";
+  fs::create_directories(keyless);
+  fs::copy_file(file, keyless + "/airlock.db");
+  Daemon without(keyless);
+  EXPECT_FALSE(without.Start());
+  EXPECT_NE(without.Log().find("secrets.key is missing, and the store holds 1 secret(s)"),
+            std::string::npos)
+      << without.Log();
+  without.Stop(SIGKILL);
+}

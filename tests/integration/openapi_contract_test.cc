@@ -251,6 +251,10 @@ TEST_F(DaemonTest, EveryDocumentedOperationAnswersAsDocumented) {
       {"POST /v1/sandboxes/{id}/pause", http::verb::post, s + "/pause", ""},
       {"POST /v1/sandboxes/{id}/resume", http::verb::post, s + "/resume", ""},
       {"GET /metrics", http::verb::get, "/metrics", ""},
+      {"GET /v1/admin/backup", http::verb::get, "/v1/admin/backup", "", "", "-",
+       [](const Reply& r) {
+         EXPECT_TRUE(r.body.starts_with(std::string("SQLite format 3\0", 16))) << r.body.size();
+       }},
       // A pool of 0: the route answers as documented without making sandboxes.
       {"PUT /v1/pools/{template}", http::verb::put, "/v1/pools/base", R"({"size": 0})", "", "",
        [](const Reply& r) { EXPECT_EQ(r.Json()["size"], 0) << r.body; }},

@@ -64,7 +64,8 @@ bool ReadSome(int fd, std::string& got) {
 }  // namespace
 
 Reply Http(uint16_t port, http::verb method, const std::string& target, const std::string& body,
-           const std::optional<std::string>& authorization) {
+           const std::optional<std::string>& authorization,
+           const std::map<std::string, std::string>& headers) {
   asio::io_context io;
   beast::tcp_stream stream(io);
   stream.expires_after(std::chrono::seconds(120));
@@ -72,6 +73,7 @@ Reply Http(uint16_t port, http::verb method, const std::string& target, const st
   http::request<http::string_body> req{method, target, 11};
   req.set(http::field::host, "127.0.0.1");
   if (authorization) req.set(http::field::authorization, *authorization);
+  for (const auto& [name, value] : headers) req.set(name, value);
   if (!body.empty() || method == http::verb::post) {
     req.set(http::field::content_type, "application/json");
     req.body() = body;

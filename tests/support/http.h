@@ -23,9 +23,11 @@ struct Reply {
   json Json() const { return json::parse(body, nullptr, /*allow_exceptions=*/false); }
 };
 
-// One request to 127.0.0.1:`port` on a fresh connection; a JSON body (POST always has one).
+// One request to 127.0.0.1:`port` on a fresh connection; a JSON body (POST always has one),
+// and `headers` beside the usual ones.
 Reply Http(uint16_t port, http::verb method, const std::string& target, const std::string& body,
-           const std::optional<std::string>& authorization);
+           const std::optional<std::string>& authorization,
+           const std::map<std::string, std::string>& headers = {});
 
 // A WebSocket handshake for `target` with `key`; the answer's status, headers and body (a
 // refusal's) as Http gives them, status 0 if none came. The connection is closed at once.

@@ -15,6 +15,8 @@
 // the next start (on_shutdown = keep, the default) or destroy them; exit 0. SIGHUP: reload what
 // can change without a restart. --check-config: judge the settings, start nothing.
 // --destroy-all: take back what the last daemon kept, destroy every sandbox, exit (no serving).
+// --doctor: judge the host as a start would (daemon/server/doctor.h), print the findings (--json:
+// as a document), exit 0 when the default engine can run, 1 when it cannot.
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -33,11 +35,13 @@
 #include <string>
 #include <system_error>
 
+#include "common/build_id.h"
 #include "common/helpers.h"
 #include "common/log.h"
 #include "common/syscall.h"
 #include "daemon/server/config.h"
 #include "daemon/server/controller.h"
+#include "daemon/server/doctor.h"
 #include "daemon/server/http_server.h"
 #include "daemon/server/metrics.h"
 #include "daemon/server/recorder.h"
@@ -54,9 +58,10 @@ namespace fs = std::filesystem;
 using airlock::daemon::Config;
 
 constexpr const char* kUsage =
-    "usage: airlockd [--config FILE] [--listen HOST:PORT] [--state-dir DIR] [--no-auth]\n"
-    "                [--on-shutdown keep|destroy] [--workers N] [--agent PATH]\n"
+    "usage: airlockd [--version] [--config FILE] [--listen HOST:PORT] [--state-dir DIR]\n"
+    "                [--no-auth] [--on-shutdown keep|destroy] [--workers N] [--agent PATH]\n"
     "                [--launcher PATH] [--log-level trace|debug|info|warn|error]\n"
+    "                [--log-format text|json] [--log-requests true|false]\n"
     "                [--default-engine NAME] [--engine.NAME.OPTION VALUE]\n"
     "                [--pool.TEMPLATE N] [--image-dir DIR] [--debian-mirror URL]\n"
     "                [--base-usr-local]\n"
@@ -69,7 +74,7 @@ constexpr const char* kUsage =
     "                [--events on|off] [--events-keep N] [--events-rate N] [--events-burst N]\n"
     "                [--destroyed-keep 0|Ns|Nm|Nh|Nd]\n"
     "                [--metrics-interval-ms MS] [--metrics-keep N]\n"
-    "                [--check-config | --destroy-all]\n"
+    "                [--check-config | --destroy-all | --doctor [--json]]\n"
     "Settings come from the defaults, then the config file (--config, else\n"
     "/etc/airlock/airlockd.toml if it exists), then the flags. See docs/airlockd.md.\n";
 
@@ -139,7 +144,8 @@ airlock::Result<Config> ReadConfig(int argc, char** argv) {
   }
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h" || arg == "--check-config" || arg == "--destroy-all") {
+    if (arg == "--help" || arg == "-h" || arg == "--check-config" || arg == "--destroy-all" ||
+        arg == "--doctor" || arg == "--json") {
       continue;
     }
     if (!arg.starts_with("--")) return Fail(ErrorCode::kInvalidArgument, "unexpected argument " + arg);
@@ -170,6 +176,10 @@ Config LoadConfig(int argc, char** argv) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
       std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    if (arg == "--version") {
+      std::printf("airlockd %s\n", airlock::kBuildId);
       std::exit(0);
     }
   }
@@ -209,12 +219,100 @@ std::string HelperPath(const std::string& explicit_path, const char* name, const
   return found;
 }
 
+// The [engine.NAME] sections as the registry takes them.
+std::map<std::string, airlock::runtime::EngineConfig> EngineConfigs(const Config& flags) {
+  std::map<std::string, airlock::runtime::EngineConfig> out;
+  for (const auto& [name, options] : flags.engines) {
+    airlock::runtime::EngineConfig& config = out[name];
+    for (const auto& [key, value] : options) {
+      if (key == "enabled") {
+        config.enabled = value == "true";
+      } else {
+        config.options[key] = value;
+      }
+    }
+  }
+  return out;
+}
+
+// --doctor: the host checks, then every engine built and probed as at start, in a scratch state
+// dir beside the real one (on the same file system; removed after), so that a daemon running
+// on the real one is not disturbed.
+int Doctor(const Config& flags, bool as_json) {
+  using namespace airlock;
+  spdlog::set_level(spdlog::level::err);  // the findings say it; not the engines' start-up lines
+  daemon::HostCheckInput input;
+  const char* path_env = std::getenv("PATH");
+  input.host.path_env =
+      path_env != nullptr ? path_env : "/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+  input.state_dir = flags.state_dir;
+  input.open_mode = !flags.network_uplink.empty();
+  for (const auto& [name, options] : flags.engines) {
+    if (auto runsc = options.find("runsc"); runsc != options.end()) input.runsc = runsc->second;
+  }
+  input.probe = true;
+  input.running_as_root = ::geteuid() == 0;
+  std::vector<daemon::Finding> findings = daemon::CheckHost(input);
+
+  std::vector<runtime::EngineStatus> engines;
+  const std::string agent = flags.agent.empty() ? FindHelper("airlock-agent") : flags.agent;
+  const std::string scratch = flags.state_dir + "/doctor." + std::to_string(::getpid());
+  std::error_code ec;
+  fs::path first_made;  // the highest directory of the state dir's path that does not exist yet
+  for (fs::path p = flags.state_dir; !p.empty() && p != p.root_path() && !fs::exists(p, ec);
+       p = p.parent_path()) {
+    first_made = p;
+  }
+  if (agent.empty()) {
+    findings.push_back({"airlock-agent", daemon::Verdict::kFail,
+                        "not found beside airlockd, in ../libexec/airlock/ or in its build tree",
+                        "reinstall the package, or give its path with --agent"});
+  } else if (fs::create_directories(scratch, ec); ec) {
+    findings.push_back({"state dir", daemon::Verdict::kFail,
+                        "cannot make " + scratch + " to try the engines in: " + ec.message(),
+                        "check the state dir's file system and permissions"});
+  } else {
+    {  // the engines are gone before their scratch dir is
+      runtime::EngineContext context{.state_dir = scratch, .agent_path = agent};
+      auto registry =
+          runtime::EngineRegistry::Open(context, EngineConfigs(flags), flags.default_engine);
+      if (!registry) {
+        findings.push_back({"config", daemon::Verdict::kFail, registry.error().message(),
+                            "mend the setting it names (airlockd --check-config)"});
+      } else {
+        engines = (*registry)->List();
+        for (daemon::Finding& f : daemon::CheckEngines(engines, flags.default_engine)) {
+          findings.push_back(std::move(f));
+        }
+      }
+    }
+    fs::remove_all(scratch, ec);
+    // What it made of the state dir's path goes too (fs::remove takes only an empty one).
+    for (fs::path p = flags.state_dir; !first_made.empty(); p = p.parent_path()) {
+      if (!fs::remove(p, ec) || p == first_made) break;
+    }
+  }
+  if (as_json) {
+    const auto doc = daemon::DoctorJson(findings, engines, flags.default_engine);
+    std::printf("%s\n", doc.dump(2).c_str());
+  } else {
+    std::fputs(daemon::DoctorText(findings).c_str(), stdout);
+    const std::string verdict =
+        daemon::Ready(findings)
+            ? "ready: airlockd can run its default engine (" + flags.default_engine + ") here"
+            : "not ready: airlockd cannot run its default engine here (see the failures above)";
+    std::printf("%s\n", verdict.c_str());
+  }
+  return daemon::Ready(findings) ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace airlock;
   const Config flags = LoadConfig(argc, argv);
-  InitLogging("airlockd", flags.log_level);
+  InitLogging("airlockd", flags.log_level,
+              flags.log_format == "json" ? LogFormat::kJson : LogFormat::kText);
   std::signal(SIGPIPE, SIG_IGN);
   std::signal(SIGHUP, SIG_IGN);  // until the server reloads on it
 
@@ -233,6 +331,7 @@ int main(int argc, char** argv) {
     std::printf("airlockd: the settings are valid\n");
     return 0;
   }
+  if (HasFlag(argc, argv, "--doctor")) return Doctor(flags, HasFlag(argc, argv, "--json"));
   if (flags.no_auth) spdlog::warn("--no-auth: every API call is accepted without a key");
 
   std::error_code ec;
@@ -280,17 +379,6 @@ int main(int argc, char** argv) {
   runtime::EngineContext engine_context;
   engine_context.state_dir = flags.state_dir;
   engine_context.agent_path = HelperPath(flags.agent, "airlock-agent", "--agent");
-  std::map<std::string, runtime::EngineConfig> engine_configs;
-  for (const auto& [name, options] : flags.engines) {
-    runtime::EngineConfig& config = engine_configs[name];
-    for (const auto& [key, value] : options) {
-      if (key == "enabled") {
-        config.enabled = value == "true";
-      } else {
-        config.options[key] = value;
-      }
-    }
-  }
   // The flight recorder: every sandbox's events, the networks' verdicts among them, on their
   // way to the store. Declared before the engines and the networks, so that it is destroyed (and
   // flushed) after their process watches, proxy and stubs have stopped.
@@ -301,7 +389,8 @@ int main(int argc, char** argv) {
                 .rate = static_cast<double>(flags.events_rate),
                 .burst = static_cast<double>(flags.events_burst),
                 .interval = std::chrono::milliseconds(flags.network_events_flush_ms)});
-  auto engines = runtime::EngineRegistry::Open(engine_context, engine_configs, flags.default_engine);
+  auto engines =
+      runtime::EngineRegistry::Open(engine_context, EngineConfigs(flags), flags.default_engine);
   if (!engines) Die(engines.error().message(), 2);
   for (const runtime::EngineStatus& e : (*engines)->List()) {
     if (e.available) {
@@ -415,7 +504,7 @@ int main(int argc, char** argv) {
   if (auto st = controller.pools().Configure(flags.pools); !st) Die(st.error().message(), 2);
   controller.pools().StartFiller();
   daemon::Router router(controller, **store, **secrets, metrics,
-                        /*auth_required=*/!flags.no_auth);
+                        /*auth_required=*/!flags.no_auth, flags.log_requests);
   // SIGHUP: the config file and the flags read again; what can change without a restart is
   // applied (docs/airlockd.md, "Reload"), a bad file changes nothing.
   server_options.on_reload = [&controller, argc, argv] {

@@ -234,6 +234,15 @@ Status Config::Set(std::string_view raw_key, std::string_view value) {
                   "log_level must be trace, debug, info, warn, error or off");
     }
     log_level = value;
+  } else if (key == "log_format") {
+    if (value != "text" && value != "json") {
+      return Fail(ErrorCode::kInvalidArgument, "log_format must be text or json");
+    }
+    log_format = value;
+  } else if (key == "log_requests") {
+    auto b = ParseBool(key, value);
+    if (!b) return std::unexpected(b.error());
+    log_requests = *b;
   } else if (key == "on_shutdown") {
     if (value == "keep") {
       on_shutdown = OnShutdown::kKeep;

@@ -49,6 +49,8 @@ struct Config {
   bool no_auth = false;
   std::string agent;  // "" : airlock-agent next to airlockd
   std::string log_level = "info";
+  std::string log_format = "text";  // or "json": one JSON object per line
+  bool log_requests = true;         // a line per API request (method, route, status, ...)
   // On SIGTERM: keep the sandboxes running for the next start to adopt, or destroy them.
   OnShutdown on_shutdown = OnShutdown::kKeep;
   int workers = 64;  // threads for blocking calls (creates, execs, files)

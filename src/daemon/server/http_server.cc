@@ -15,6 +15,8 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
 #include <chrono>
+#include <cstdio>
+#include <random>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -43,11 +45,27 @@ constexpr uint32_t kMaxHeaderBytes = 16 * 1024;
 constexpr auto kLingerTimeout = std::chrono::seconds(2);  // after an error answer, before close
 constexpr size_t kMaxLingerBytes = 16u << 20;
 
+constexpr const char* kRequestIdHeader = "X-Request-Id";
+
+// The client's X-Request-Id when it is 1-64 letters, digits, '-', '_' or '.' (so that it can go
+// in a log line as it is), else a new random one.
+std::string RequestIdOf(std::string_view given) {
+  const bool sound = !given.empty() && given.size() <= 64 &&
+                     given.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                             "0123456789-_.") == std::string_view::npos;
+  if (sound) return std::string(given);
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  char id[24];
+  std::snprintf(id, sizeof id, "req-%016llx", static_cast<unsigned long long>(rng()));
+  return id;
+}
+
 http::response<http::string_body> MakeResponse(HttpReply reply, unsigned version, bool keep_alive) {
   http::response<http::string_body> res{static_cast<http::status>(reply.status), version};
   res.set(http::field::server, "airlockd");
   if (!reply.body.empty()) res.set(http::field::content_type, reply.content_type);
   if (!reply.allow.empty()) res.set(http::field::allow, reply.allow);
+  if (!reply.request_id.empty()) res.set(kRequestIdHeader, reply.request_id);
   res.keep_alive(keep_alive);
   res.body() = std::move(reply.body);
   res.prepare_payload();
@@ -124,6 +142,8 @@ struct HttpServer::Impl {
       HttpRequest request{std::string(req.method_string()), std::string(req.target()),
                           std::string(req[http::field::authorization]), std::move(req.body())};
       request.websocket = websocket::is_upgrade(req);
+      const auto given = req[kRequestIdHeader];
+      request.request_id = RequestIdOf(std::string_view(given.data(), given.size()));
       if (IsWebSocketPath(request.target.substr(0, request.target.find('?')))) {
         // The connection is the WebSocket's from here (or closes after a refusal).
         co_await WebSocket(server, stream, req, request);
@@ -157,6 +177,7 @@ struct HttpServer::Impl {
     http::response<http::empty_body> res{static_cast<http::status>(reply.status), version};
     res.set(http::field::server, "airlockd");
     res.set(http::field::content_type, reply.content_type);
+    if (!reply.request_id.empty()) res.set(kRequestIdHeader, reply.request_id);
     res.keep_alive(keep_alive);
     res.chunked(true);
     http::response_serializer<http::empty_body> sr{res};

@@ -2,14 +2,18 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <initializer_list>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string_view>
 #include <vector>
 
+#include "common/build_id.h"
 #include "common/clock.h"
 #include "common/ids.h"
 #include "common/log.h"
+#include "common/syscall.h"
 #include "daemon/server/actor.h"
 #include "daemon/api/json.h"
 #include "daemon/api/query.h"
@@ -370,9 +374,52 @@ uint64_t BodyLimit(std::string_view method, std::string_view target) {
   return api::kMaxJsonBodyBytes;
 }
 
+std::string RouteOf(std::string_view path) {
+  if (path == "/healthz" || path == "/metrics" || path == "/v1") return std::string(path);
+  const std::vector<std::string_view> parts = SplitPath(path);
+  if (parts.size() < 2 || parts[0] != "v1") return "-";
+  // The collections whose next segment is a name or an id, and what it is called.
+  static const std::map<std::string_view, std::string_view> kNamed = {
+      {"sandboxes", "{id}"}, {"templates", "{name}"}, {"keys", "{id}"},
+      {"secrets", "{name}"}, {"tenants", "{tenant}"}, {"pools", "{template}"}};
+  std::string route;
+  for (size_t i = 1; i < parts.size(); ++i) {
+    std::string_view part = parts[i];
+    if (i == 2 && kNamed.contains(parts[1])) part = kNamed.at(parts[1]);
+    if (i == 4 && parts[1] == "sandboxes" && parts[3] == "processes") part = "{pid}";
+    route += "/" + std::string(part);
+  }
+  return "/v1" + route;
+}
+
 HttpReply Router::Handle(const HttpRequest& request) {
-  HttpReply reply = Dispatch(request);
+  const auto start = std::chrono::steady_clock::now();
+  std::string tenant;
+  HttpReply reply = Dispatch(request, tenant);
   metrics_.CountReply(reply.status, reply.error_code);
+  reply.request_id = request.request_id;
+  if (log_requests_) {
+    const std::string_view path =
+        std::string_view(request.target).substr(0, request.target.find('?'));
+    const std::vector<std::string_view> parts = SplitPath(path);
+    const std::string sandbox =
+        parts.size() >= 3 && parts[0] == "v1" && parts[1] == "sandboxes" ? std::string(parts[2])
+                                                                         : "";
+    char ms[32];
+    std::snprintf(ms, sizeof ms, "%.2f",
+                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                            start)
+                      .count());
+    LogFields(spdlog::level::info, "request",
+              {{"request_id", request.request_id},
+               {"method", request.method},
+               {"route", RouteOf(path)},
+               {"status", std::to_string(reply.status), true},
+               {"duration_ms", ms, true},
+               {"tenant", tenant},
+               {"sandbox", sandbox},
+               {"streamed", reply.next_chunk ? "true" : "false", true}});
+  }
   return reply;
 }
 
@@ -404,7 +451,7 @@ HttpReply Router::RenderMetrics() {
                "text/plain; version=0.0.4; charset=utf-8");
 }
 
-HttpReply Router::Dispatch(const HttpRequest& request) {
+HttpReply Router::Dispatch(const HttpRequest& request, std::string& tenant) {
   std::string_view target = request.target;
   std::string_view path = target.substr(0, target.find('?'));
   std::string_view raw_query;
@@ -413,7 +460,7 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
 
   if (path == "/healthz") {
     if (method != "GET") return MethodNotAllowed(method, path, {"GET"});
-    return {200, R"({"status":"ok"})", ""};
+    return {200, nlohmann::json{{"status", "ok"}, {"version", kBuildId}}.dump(), ""};
   }
   if (path != "/v1" && !path.starts_with("/v1/") && path != "/metrics") return NotFoundRoute(path);
 
@@ -427,6 +474,7 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
     return reply;
   }
   const Caller& caller = *who;
+  tenant = caller.tenant;
   // The recorder's lifecycle events name the key that asked (actor.h).
   ScopedActor actor({caller.key_id, caller.key_name});
   if (path == "/metrics") {
@@ -441,6 +489,28 @@ HttpReply Router::Dispatch(const HttpRequest& request) {
     // Pooled sandboxes are shared capacity: sizing them is the operator's business.
     if (!caller.admin) return AdminOnly("warm pools (/v1/pools)");
     return Pools(request, parts, raw_query);
+  }
+  if (parts.size() >= 2 && parts[1] == "admin") {
+    if (!caller.admin) return AdminOnly("/v1/admin");
+    if (parts.size() != 3 || parts[2] != "backup") return NotFoundRoute(path);
+    if (method != "GET") return MethodNotAllowed(method, path, {"GET"});
+    if (!raw_query.empty()) {
+      return ErrorReply(Error(ErrorCode::kInvalidArgument, "this route takes no query string"));
+    }
+    auto backup = store_.Backup();
+    if (!backup) return ErrorReply(backup.error());
+    // Streamed from the copy (unlinked already), a MiB at a time: the store may be large.
+    HttpReply reply;
+    reply.content_type = "application/vnd.sqlite3";
+    reply.next_chunk = [fd = std::make_shared<UniqueFd>(std::move(*backup))]()
+        -> std::optional<std::string> {
+      std::string piece(1 << 20, '\0');
+      auto n = ReadFull(fd->get(), std::as_writable_bytes(std::span(piece)));
+      if (!n || *n == 0) return std::nullopt;
+      piece.resize(*n);
+      return piece;
+    };
+    return reply;
   }
   if (parts.size() >= 2 && parts[1] == "keys") return Keys(request, caller, parts, raw_query);
   if (parts.size() >= 2 && parts[1] == "secrets") {

@@ -25,6 +25,7 @@ struct HttpRequest {
   std::string authorization;  // the Authorization header, "" if absent
   std::string body;
   bool websocket = false;     // asks to upgrade to WebSocket (RFC 6455)
+  std::string request_id;     // the client's X-Request-Id when it is a sound one, else made up
 };
 
 struct HttpReply {
@@ -36,7 +37,12 @@ struct HttpReply {
   // A streamed body: called on the worker pool until it returns nullopt; each piece is sent as
   // one HTTP chunk as soon as it is returned. `body` is unused then.
   std::function<std::optional<std::string>()> next_chunk;
+  std::string request_id;  // sent back as X-Request-Id
 };
+
+// The route a path is, with the ids in it as placeholders, for the request log:
+// "/v1/sandboxes/{id}/processes/{pid}". A path no route has is "-".
+std::string RouteOf(std::string_view path);
 
 // The largest request body `method` on `target` may carry (413 past it): file and tar uploads
 // take raw bytes up to their caps, everything else JSON.
@@ -61,13 +67,16 @@ struct Caller {
 class Router {
  public:
   // `auth_required` false is --no-auth (loopback only; main checks that).
+  // `log_requests`: a line per request (method, route, status, duration, tenant, sandbox id,
+  // request id; never a key or a body), at info.
   Router(Controller& controller, store::Store& store, SecretStore& secrets, Metrics& metrics,
-         bool auth_required)
+         bool auth_required, bool log_requests = false)
       : controller_(controller),
         store_(store),
         secrets_(secrets),
         metrics_(metrics),
-        auth_required_(auth_required) {}
+        auth_required_(auth_required),
+        log_requests_(log_requests) {}
 
   // Blocks (store, engine, agent): call on the worker pool. Thread-safe.
   HttpReply Handle(const HttpRequest& request);
@@ -85,7 +94,8 @@ class Router {
   // tenant, exactly the error of a sandbox that does not exist (SandboxNotFound). Call after
   // the route and the id's syntax are checked and before anything else about the request.
   [[nodiscard]] Status CheckOwner(const Caller& caller, const std::string& id);
-  HttpReply Dispatch(const HttpRequest& request);
+  // `tenant` is set to the caller's once the key is known (for the request's log line).
+  HttpReply Dispatch(const HttpRequest& request, std::string& tenant);
   // GET /v1/sandboxes/{id}/events: a page, or a stream (JSON Lines, Server-Sent Events).
   HttpReply Events(const std::string& id, const api::EventsQuery& query);
   // For a non-admin caller: 404 (as if absent) for a template of another tenant named `name`.
@@ -117,6 +127,7 @@ class Router {
   SecretStore& secrets_;
   Metrics& metrics_;
   bool auth_required_;
+  bool log_requests_;
 };
 
 }  // namespace airlock::daemon

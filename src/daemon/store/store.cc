@@ -3,8 +3,10 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <ranges>
 
@@ -427,7 +429,8 @@ Status ValidateTenant(std::string_view tenant) {
 
 int Store::CurrentSchemaVersion() { return static_cast<int>(std::size(kMigrations)); }
 
-Store::Store(Database db, StoreOptions options) : db_(std::move(db)), options_(std::move(options)) {
+Store::Store(Database db, StoreOptions options, std::string path)
+    : db_(std::move(db)), options_(std::move(options)), path_(std::move(path)) {
   if (!options_.now_ms) options_.now_ms = RealtimeMs;
 }
 
@@ -450,10 +453,31 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, StoreOptions
                "setting pragmas on " + path);
   if (!pragmas) return std::unexpected(std::move(pragmas.error()));
 
-  std::unique_ptr<Store> store(new Store(std::move(*db), std::move(options)));
+  std::unique_ptr<Store> store(new Store(std::move(*db), std::move(options), path));
   auto migrated = store->Migrate();
   if (!migrated) return std::unexpected(std::move(migrated.error()).Wrap("migrating " + path));
   return store;
+}
+
+Result<UniqueFd> Store::Backup() {
+  std::string copy = path_ + ".backup-XXXXXX";
+  const int fd = ::mkstemp(copy.data());  // 0600, empty: VACUUM INTO fills an empty file
+  if (fd < 0) return FailErrno("making a file for the backup beside " + path_, errno);
+  ::close(fd);
+  struct Remove {
+    const std::string& path;
+    ~Remove() { ::unlink(path.c_str()); }
+  } remove{copy};
+  auto db = Database::Open(path_);
+  if (!db) return std::unexpected(std::move(db.error()).Wrap("backup"));
+  if (auto st = db->Exec("PRAGMA busy_timeout = 5000", "backup"); !st) {
+    return std::unexpected(std::move(st.error()));
+  }
+  auto vacuum = db->Prepare("VACUUM INTO ?");
+  if (!vacuum) return std::unexpected(std::move(vacuum.error()).Wrap("backup"));
+  vacuum->Bind(1, copy);
+  if (auto st = vacuum->Run(); !st) return std::unexpected(std::move(st.error()).Wrap("backup"));
+  return OpenFile(copy, O_RDONLY | O_CLOEXEC);  // `remove` unlinks it; the fd keeps it
 }
 
 Status Store::Migrate() {

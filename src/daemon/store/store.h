@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/unique_fd.h"
 #include "daemon/store/sandbox_state.h"
 #include "daemon/store/sqlite.h"
 
@@ -266,6 +267,12 @@ class Store {
   // The schema version this build writes (PRAGMA user_version).
   static int CurrentSchemaVersion();
 
+  // An online, consistent copy of the whole database, an SQLite file open for reading (GET
+  // /v1/admin/backup streams it). VACUUM INTO on a connection of its own: it reads one snapshot
+  // while the daemon goes on writing, and the copy is compact. Made in a private (0600) file
+  // beside the database, which is unlinked before this returns: it goes when the fd is closed.
+  [[nodiscard]] Result<UniqueFd> Backup();
+
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
@@ -452,7 +459,7 @@ class Store {
   [[nodiscard]] Status CheckIntegrity();
 
  private:
-  Store(Database db, StoreOptions options);
+  Store(Database db, StoreOptions options, std::string path);
   [[nodiscard]] Status Migrate();
   [[nodiscard]] Status MigrateLocked();  // Migrate's transaction, foreign keys off
   // Reads one record inside the caller's lock / transaction.
@@ -480,6 +487,7 @@ class Store {
   std::mutex mu_;
   Database db_;  // guarded by mu_
   StoreOptions options_;
+  std::string path_;  // the database file, for Backup's connection of its own
 };
 
 }  // namespace airlock::store
