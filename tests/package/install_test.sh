@@ -116,6 +116,11 @@ kept=$(cli create)
 [[ "$kept" == sbx-* ]] || fail "airlock create printed: $kept"
 [ "$(cli exec "$kept" -- sh -c "echo \$((6 * 7))")" = 42 ] || fail "exec in $kept"
 
+echo "== airlock doctor from the installed files (it finds /usr/bin/airlockd beside it)"
+doctor=$(cli doctor --json) || { echo "$doctor"; fail "airlock doctor says this root cannot run airlockd"; }
+python3 -c "import json, sys; d = json.load(sys.stdin); v = {f[\"check\"]: f[\"verdict\"] for f in d[\"findings\"]}; sys.exit(0 if d[\"ready\"] and v[\"engine jail\"] == \"ok\" and v[\"daemon\"] == \"ok\" and v[\"daemon engines\"] == \"ok\" else 1)" <<<"$doctor" ||
+  { echo "$doctor"; fail "airlock doctor: the jail, the daemon or their agreement is not ok"; }
+
 echo "== stopped (on_shutdown keep: $kept runs on), then the package removed"
 kill -TERM $daemon
 wait $daemon || { tail -n 20 "$work/airlockd.log"; fail "airlockd did not stop cleanly"; }
