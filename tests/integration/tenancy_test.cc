@@ -116,7 +116,7 @@ TEST_F(TenancyTest, EveryRouteOnAnotherTenantsSandboxAnswersAsIfItDidNotExist) {
     EXPECT_EQ(theirs.status, 404) << theirs.body;
     EXPECT_EQ(nobodys.status, 404) << nobodys.body;
     EXPECT_EQ(Replace(theirs.body, victim, missing), nobodys.body);
-    EXPECT_EQ(theirs.headers, nobodys.headers);
+    EXPECT_EQ(theirs.StableHeaders(), nobodys.StableHeaders());
     EXPECT_EQ(theirs.body.find("team-a"), std::string::npos) << theirs.body;
   }
 

@@ -407,7 +407,13 @@ TEST_P(BombTest, IsContainedAndTheDaemonAndANeighbourKeepWorking) {
              "; a new file: " +
              (out.find("No space left") != std::string::npos ? "ENOSPC" : out.substr(out.find('\n') + 1));
   } else if (bomb.name == "fd exhaustion") {
-    const std::string out = exec_in("cat /tmp/fds*");
+    // Each process writes its count once RLIMIT_NOFILE stops it. A bash loop of 4096 opens is
+    // slow on a loaded machine, so the eight are given up to 30 s more to get there.
+    std::string out = exec_in("cat /tmp/fds* 2>/dev/null");
+    for (int i = 0; i < 60 && std::count(out.begin(), out.end(), '\n') < 8; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      out = exec_in("cat /tmp/fds* 2>/dev/null");
+    }
     std::istringstream counts(out);
     int n = 0, low = 1 << 30, high = 0;
     for (int c; counts >> c; ++n) {

@@ -21,6 +21,12 @@ struct Reply {
   std::string body;
   std::map<std::string, std::string> headers;
   json Json() const { return json::parse(body, nullptr, /*allow_exceptions=*/false); }
+  // The headers less X-Request-Id, which is each request's own and never the same twice.
+  std::map<std::string, std::string> StableHeaders() const {
+    std::map<std::string, std::string> out = headers;
+    out.erase("X-Request-Id");
+    return out;
+  }
 };
 
 // One request to 127.0.0.1:`port` on a fresh connection; a JSON body (POST always has one),
