@@ -199,11 +199,17 @@ TEST_F(JailTest, PostureFromTheHost) {
     ASSERT_TRUE(stream);
     auto started = box.client->Receive();
     ASSERT_TRUE(started);
-    auto procs = CgroupOf(box.id).Processes();
-    ASSERT_TRUE(procs);
+    // "started" comes once the agent has forked; the child may not have exec'd sleep yet (a
+    // sanitizer build on a loaded machine is slow), so it is looked for until it has.
     pid_t sleeper = 0;
-    for (pid_t pid : *procs) {
-      if (Slurp("/proc/" + std::to_string(pid) + "/comm") == "sleep\n") sleeper = pid;
+    for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+         sleeper == 0 && std::chrono::steady_clock::now() < deadline;) {
+      auto procs = CgroupOf(box.id).Processes();
+      ASSERT_TRUE(procs);
+      for (pid_t pid : *procs) {
+        if (Slurp("/proc/" + std::to_string(pid) + "/comm") == "sleep\n") sleeper = pid;
+      }
+      if (sleeper == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     ASSERT_GT(sleeper, 0) << "the command is not in the sandbox's cgroup";
     // Once sleep has started up (its libc opens and closes the locale archive as it starts: a
